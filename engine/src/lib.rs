@@ -1,0 +1,27 @@
+//! # strata-engine: the shard engine and everything it stands on
+//!
+//! * [`store`]: object stores from URLs (local directory with CAS, memory, S3)
+//!   and composable decorators (latency, request counting).
+//! * [`layout`]: the one module that names objects.
+//! * [`env`]: clock, randomness and store as inputs, for deterministic tests.
+//! * [`shard`]: the write path (committer, flush pump, acker), recovery from the
+//!   store alone, fencing, reads and waits.
+//! * [`sim`]: the deterministic simulation's fault-injecting store and driver.
+//!
+//! Lower crates (`strata-wal`, `strata-manifest`, `strata-segments`) own the
+//! byte formats; this crate composes them and never speaks HTTP.
+
+pub mod env;
+pub mod error;
+pub mod ids;
+pub mod layout;
+pub mod shard;
+pub mod store;
+
+pub use env::{Clock, EngineEnv, Entropy, OsEntropy, SeededEntropy, SystemClock, TokioClock};
+pub use error::EngineError;
+pub use ids::{stream_id, InstanceId, ShardName, StreamRef};
+pub use shard::{
+    AppendAck, AppendKind, AppendRequest, CreateAck, ProducerClaim, ReadBatch, ReadLimits, Shard,
+    ShardConfig, ShardStatus, StreamInfo, WaitOutcome,
+};

@@ -1,0 +1,497 @@
+//! # The shard engine
+//!
+//! A shard is a set of streams that share one WAL, one manifest and one owner.
+//! [`Shard::open`] claims it (see [`recovery`]); then one actor task runs the
+//! write path of DESIGN.md §4:
+//!
+//! ```text
+//! append(): build page bodies (compress) in the caller's task
+//!   → bounded ingest queue (full ⇒ EngineError::Overloaded)
+//!   → committer: validate against the *staged* tails, assign contiguous offsets
+//!     in queue order, seal pages (encrypt), stage WAL entries
+//!   → flush pump: pack everything staged into one WAL object; up to
+//!     `pipeline_depth` create-only PUTs in flight, at least `min_flush_gap` apart
+//!   → acker: objects complete in any order; the durable watermark advances over
+//!     the contiguous prefix; only then are entries applied to the *durable*
+//!     state readers see, and requests answered
+//! ```
+//!
+//! Invariants (tested by the model test and the deterministic simulation):
+//!
+//! * Readers and waiters see only state from acknowledged WAL objects.
+//! * Every reply — success or error — is sent only after everything committed
+//!   before it is durable, so an answer never rests on state that may vanish.
+//! * A failed PUT fails its requests and every later one; the owner then
+//!   re-opens the shard from the store (a re-claim that only succeeds if nobody
+//!   else claimed meanwhile), so no staged state survives a failure.
+//! * A fenced owner acknowledges nothing more.
+
+mod actor;
+mod io;
+mod read;
+pub mod recovery;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use strata_manifest::{CasObject, ManifestCodec, RetryPolicy};
+use strata_segments::{plan_pages, prepare_body, PageCipher, PreparedBody, StreamCipher};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::env::EngineEnv;
+use crate::error::EngineError;
+use crate::ids::{InstanceId, ShardName, StreamRef};
+use crate::layout::ShardLayout;
+
+pub use read::{ReadBatch, ReadLimits, WaitOutcome};
+pub use recovery::RecoveryReport;
+pub use state::{
+    ApplyError, DurableStream, ProducerClaim, ProducerState, StreamStatus, StreamTable, Tail,
+};
+
+/// Tunables of one shard.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Commands the ingest queue holds before `append` answers `Overloaded`.
+    pub ingest_queue_capacity: usize,
+    /// WAL PUTs in flight at once.
+    pub pipeline_depth: usize,
+    /// Minimum time between the starts of two WAL PUTs.
+    pub min_flush_gap: Duration,
+    /// A WAL object is cut at this many page bytes (one request is never split).
+    pub max_object_bytes: usize,
+    /// Page bytes staged or in flight before the committer stops taking commands.
+    pub max_pending_bytes: usize,
+    /// Durable page bytes held in memory before the committer stops taking
+    /// commands (until sealing frees them).
+    pub max_memory_page_bytes: u64,
+    /// Records in one append request.
+    pub max_records_per_append: usize,
+    /// Payload bytes in one append request.
+    pub max_append_bytes: usize,
+    /// Parallel GETs while replaying the WAL.
+    pub replay_parallelism: usize,
+    /// Retries of store calls before a write counts as failed.
+    pub store_retry: RetryPolicy,
+    /// Back-off ceiling while re-opening after a store failure.
+    pub reopen_backoff_max: Duration,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            ingest_queue_capacity: 16_384,
+            pipeline_depth: 4,
+            min_flush_gap: Duration::ZERO,
+            max_object_bytes: 16 << 20,
+            max_pending_bytes: 128 << 20,
+            max_memory_page_bytes: 2 << 30,
+            max_records_per_append: 1 << 20,
+            max_append_bytes: 64 << 20,
+            replay_parallelism: 16,
+            store_retry: RetryPolicy::default(),
+            reopen_backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// An append: records of one routing key, optionally with producer and
+/// `Stream-Seq` checks, optionally closing the stream.
+#[derive(Clone)]
+pub struct AppendRequest {
+    pub stream: StreamRef,
+    pub cipher: Arc<StreamCipher>,
+    pub routing_key: Bytes,
+    pub key_version: u32,
+    pub records: Vec<Bytes>,
+    /// Defaults to the engine clock.
+    pub timestamp_ms: Option<u64>,
+    pub producer: Option<ProducerClaim>,
+    pub stream_seq: Option<Bytes>,
+    /// Close the stream after these records (atomically).
+    pub close: bool,
+}
+
+impl AppendRequest {
+    /// A plain append of `records` on the default routing key.
+    pub fn new(stream: StreamRef, cipher: Arc<StreamCipher>, records: Vec<Bytes>) -> Self {
+        AppendRequest {
+            stream,
+            cipher,
+            routing_key: Bytes::new(),
+            key_version: 0,
+            records,
+            timestamp_ms: None,
+            producer: None,
+            stream_seq: None,
+            close: false,
+        }
+    }
+}
+
+/// How an append was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendKind {
+    /// New records (or a close) were made durable.
+    Appended,
+    /// A producer retry of an already durable append; nothing was written.
+    Duplicate(ProducerState),
+    /// A close-only request on a stream that was already closed.
+    AlreadyClosed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendAck {
+    pub kind: AppendKind,
+    /// First offset of this request's records (equal to `next_offset` when none).
+    pub first_offset: u64,
+    /// The stream's tail after this request.
+    pub next_offset: u64,
+    pub closed: bool,
+}
+
+/// How a create was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateAck {
+    Created,
+    AlreadyExists,
+}
+
+/// A stream's durable tail, as readers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub tail: Tail,
+    pub page_bytes: u64,
+}
+
+/// Lifecycle of an open shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardStatus {
+    Active,
+    /// Re-opening after a store failure; appends are refused meanwhile.
+    Recovering,
+    /// A newer owner holds the shard.
+    Fenced,
+    Stopped,
+}
+
+pub(crate) struct PreparedPage {
+    body: PreparedBody,
+    cipher: Arc<PageCipher>,
+}
+
+pub(crate) struct AppendJob {
+    stream: StreamRef,
+    routing_key: Bytes,
+    key_version: u32,
+    pages: Vec<PreparedPage>,
+    record_count: u64,
+    payload_bytes: u64,
+    timestamp_ms: u64,
+    producer: Option<ProducerClaim>,
+    stream_seq: Option<Bytes>,
+    close: bool,
+    reply: oneshot::Sender<Result<AppendAck, EngineError>>,
+}
+
+pub(crate) enum Command {
+    Append(Box<AppendJob>),
+    Create {
+        stream: StreamRef,
+        created_ms: u64,
+        reply: oneshot::Sender<Result<CreateAck, EngineError>>,
+    },
+    Delete {
+        stream: StreamRef,
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    /// Answers once everything committed before it is durable.
+    Barrier {
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// Everything about a shard that does not change while it is open.
+pub(crate) struct ShardCtx {
+    pub env: EngineEnv,
+    pub layout: ShardLayout,
+    pub instance: InstanceId,
+    pub config: ShardConfig,
+    pub manifest: CasObject<ManifestCodec>,
+}
+
+/// A stream's durable state, shared between the acker (writer) and readers.
+pub(crate) struct StreamCell {
+    pub state: RwLock<DurableStream>,
+    /// Bumped after every durable change; waiters watch it.
+    pub changed: watch::Sender<u64>,
+}
+
+impl StreamCell {
+    fn new(state: DurableStream) -> Self {
+        StreamCell {
+            state: RwLock::new(state),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+/// State readers share with the actor.
+pub(crate) struct ShardShared {
+    pub streams: RwLock<HashMap<[u8; 16], Arc<StreamCell>>>,
+    pub status: watch::Sender<ShardStatus>,
+    pub memory_page_bytes: std::sync::atomic::AtomicU64,
+    pub last_recovery: parking_lot::Mutex<RecoveryReport>,
+}
+
+impl ShardShared {
+    fn cell(&self, id: &[u8; 16]) -> Option<Arc<StreamCell>> {
+        self.streams.read().get(id).cloned()
+    }
+}
+
+/// A handle to an open shard. Cheap to clone.
+#[derive(Clone)]
+pub struct Shard {
+    inner: Arc<ShardHandle>,
+}
+
+struct ShardHandle {
+    ctx: Arc<ShardCtx>,
+    shared: Arc<ShardShared>,
+    tx: mpsc::Sender<Command>,
+    task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for ShardHandle {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+impl Shard {
+    /// Claims `shard` in the store for `instance`, replays its WAL, fences the
+    /// previous owner, and starts the write path.
+    pub async fn open(
+        env: EngineEnv,
+        shard: ShardName,
+        instance: InstanceId,
+        config: ShardConfig,
+    ) -> Result<Shard, EngineError> {
+        let layout = ShardLayout::new(shard);
+        let manifest = CasObject::new(env.store.clone(), layout.manifest(), config.store_retry);
+        let ctx = Arc::new(ShardCtx {
+            env,
+            layout,
+            instance,
+            config,
+            manifest,
+        });
+        let opened = recovery::open_shard(&ctx).await?;
+        let shared = Arc::new(ShardShared {
+            streams: RwLock::new(HashMap::new()),
+            status: watch::channel(ShardStatus::Active).0,
+            memory_page_bytes: Default::default(),
+            last_recovery: parking_lot::Mutex::new(opened.report.clone()),
+        });
+        let (tx, rx) = mpsc::channel(ctx.config.ingest_queue_capacity.max(1));
+        let actor = actor::Actor::new(ctx.clone(), shared.clone(), rx, opened);
+        let task = tokio::spawn(actor.run());
+        Ok(Shard {
+            inner: Arc::new(ShardHandle {
+                ctx,
+                shared,
+                tx,
+                task: parking_lot::Mutex::new(Some(task)),
+            }),
+        })
+    }
+
+    pub fn name(&self) -> &ShardName {
+        self.inner.ctx.layout.shard()
+    }
+
+    pub fn status(&self) -> ShardStatus {
+        *self.inner.shared.status.borrow()
+    }
+
+    /// What the last (re)open found.
+    pub fn last_recovery(&self) -> RecoveryReport {
+        self.inner.shared.last_recovery.lock().clone()
+    }
+
+    fn submit(&self, command: Command) -> Result<(), EngineError> {
+        match self.status() {
+            ShardStatus::Active => {}
+            ShardStatus::Recovering => {
+                return Err(EngineError::Unavailable {
+                    reason: "shard is re-opening after a store failure".into(),
+                })
+            }
+            ShardStatus::Fenced => return Err(EngineError::Fenced),
+            ShardStatus::Stopped => return Err(EngineError::ShuttingDown),
+        }
+        self.inner.tx.try_send(command).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
+            mpsc::error::TrySendError::Closed(_) => EngineError::ShuttingDown,
+        })
+    }
+
+    async fn answer<T>(rx: oneshot::Receiver<Result<T, EngineError>>) -> Result<T, EngineError> {
+        rx.await.unwrap_or(Err(EngineError::Unavailable {
+            reason: "the shard stopped before answering".into(),
+        }))
+    }
+
+    /// Creates a stream incarnation (idempotent for the same incarnation).
+    pub async fn create_stream(&self, stream: StreamRef) -> Result<CreateAck, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        let created_ms = self.inner.ctx.env.clock.now_ms();
+        self.submit(Command::Create {
+            stream,
+            created_ms,
+            reply,
+        })?;
+        Self::answer(rx).await
+    }
+
+    /// Deletes a stream incarnation; its data becomes unreadable at once.
+    pub async fn delete_stream(&self, stream: StreamRef) -> Result<(), EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Delete { stream, reply })?;
+        Self::answer(rx).await
+    }
+
+    /// Closes a stream (idempotent).
+    pub async fn close_stream(
+        &self,
+        stream: StreamRef,
+        cipher: Arc<StreamCipher>,
+    ) -> Result<AppendAck, EngineError> {
+        let mut request = AppendRequest::new(stream, cipher, Vec::new());
+        request.close = true;
+        self.append(request).await
+    }
+
+    /// Appends records; answers once they are durable in the store.
+    pub async fn append(&self, request: AppendRequest) -> Result<AppendAck, EngineError> {
+        let config = &self.inner.ctx.config;
+        let record_count = request.records.len();
+        if record_count == 0 && !request.close {
+            return Err(EngineError::EmptyAppend);
+        }
+        if record_count > config.max_records_per_append {
+            return Err(EngineError::TooLarge {
+                what: "record count",
+                size: record_count as u64,
+                limit: config.max_records_per_append as u64,
+            });
+        }
+        let payload_bytes: usize = request.records.iter().map(Bytes::len).sum();
+        if payload_bytes > config.max_append_bytes {
+            return Err(EngineError::TooLarge {
+                what: "append",
+                size: payload_bytes as u64,
+                limit: config.max_append_bytes as u64,
+            });
+        }
+        let timestamp_ms = request
+            .timestamp_ms
+            .unwrap_or_else(|| self.inner.ctx.env.clock.now_ms());
+        let mut pages = Vec::new();
+        if record_count > 0 {
+            let cipher = request
+                .cipher
+                .page_cipher(&request.routing_key, request.key_version);
+            for range in plan_pages(request.records.iter().map(Bytes::len)) {
+                pages.push(PreparedPage {
+                    body: prepare_body(&request.records[range], timestamp_ms)?,
+                    cipher: cipher.clone(),
+                });
+            }
+        }
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Append(Box::new(AppendJob {
+            stream: request.stream,
+            routing_key: request.routing_key,
+            key_version: request.key_version,
+            pages,
+            record_count: record_count as u64,
+            payload_bytes: payload_bytes as u64,
+            timestamp_ms,
+            producer: request.producer,
+            stream_seq: request.stream_seq,
+            close: request.close,
+            reply,
+        })))?;
+        Self::answer(rx).await
+    }
+
+    /// Answers once everything submitted before it is durable.
+    pub async fn barrier(&self) -> Result<(), EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Barrier { reply })?;
+        Self::answer(rx).await
+    }
+
+    /// Durable tail of a live stream incarnation.
+    pub fn stream_info(&self, stream: &StreamRef) -> Option<StreamInfo> {
+        let cell = self.inner.shared.cell(&stream.id)?;
+        let state = cell.state.read();
+        state.tail.is_live(stream).then(|| StreamInfo {
+            tail: state.tail.clone(),
+            page_bytes: state.page_bytes,
+        })
+    }
+
+    /// Every durable stream tail (live, closed or deleted) of the shard.
+    pub fn tails(&self) -> Vec<Tail> {
+        let streams = self.inner.shared.streams.read();
+        let mut tails: Vec<Tail> = streams
+            .values()
+            .map(|c| c.state.read().tail.clone())
+            .collect();
+        tails.sort_by_key(|t| t.stream.id);
+        tails
+    }
+
+    /// Stops taking commands, flushes what is staged, and stops the actor.
+    pub async fn shutdown(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .inner
+            .tx
+            .send(Command::Shutdown { reply })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        let task = self.inner.task.lock().take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    /// Simulates a process crash: stops every task of this shard at once,
+    /// including WAL writes in flight. Nothing is flushed or answered.
+    pub fn crash(&self) {
+        if let Some(task) = self.inner.task.lock().take() {
+            task.abort();
+        }
+        self.inner.shared.status.send_replace(ShardStatus::Stopped);
+    }
+}

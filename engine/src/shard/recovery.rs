@@ -1,0 +1,241 @@
+//! Opening a shard from the object store alone: claim, walk, fence.
+//!
+//! 1. **Claim**: bump the manifest's writer epoch by CAS (`If-Match`). A
+//!    re-claim after our own write failure passes the manifest we last wrote,
+//!    so it fails if anyone else claimed meanwhile.
+//! 2. **Walk**: list the WAL slots from the manifest's replay point, fetch the
+//!    contiguous run that starts there (parallel GETs, applied in slot order)
+//!    and apply every object the [`LogWalk`] admits. The first missing slot ends
+//!    the log: nothing after a hole is ever served.
+//! 3. **Fence**: write a fence object (create-only) at that first missing slot.
+//!    If another object got there first it is read and walked like the others,
+//!    and the fence moves one slot on. Once the fence is down, the previous
+//!    owner's next WAL write meets an occupied slot and it learns it is fenced;
+//!    anything it writes after the fence is from an older epoch and skipped.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use strata_manifest::{claim_shard, ClaimError, Manifest, Versioned};
+use strata_wal::{Admission, LogWalk, WalObject, WriterId};
+
+use super::io::{get_object, put_wal_object, WalPutOutcome};
+use super::state::StreamTable;
+use super::ShardCtx;
+use crate::error::EngineError;
+
+/// Most slots the fence may move past objects that appeared after the listing.
+const FENCE_PROBES_MAX: u64 = 4096;
+
+/// What an open found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub epoch: u64,
+    pub replay_from: u64,
+    pub wal_objects_applied: u64,
+    pub stale_objects_skipped: u64,
+    pub fence_slot: u64,
+    pub streams: usize,
+    pub duration_ms: u64,
+}
+
+/// A freshly opened shard.
+pub(crate) struct Opened {
+    pub manifest: Versioned<Manifest>,
+    pub table: StreamTable,
+    pub epoch: u64,
+    /// First slot after the fence.
+    pub next_slot: u64,
+    /// Slots after the fence that already hold objects (of older owners).
+    pub occupied: BTreeSet<u64>,
+    pub report: RecoveryReport,
+}
+
+struct Walker<'a> {
+    ctx: &'a ShardCtx,
+    walk: LogWalk,
+    table: StreamTable,
+    applied: u64,
+    skipped: u64,
+}
+
+impl Walker<'_> {
+    fn take(&mut self, slot: u64, bytes: &Bytes) -> Result<(), EngineError> {
+        let path = self.ctx.layout.wal(slot);
+        let object = strata_wal::decode(bytes).map_err(|e| EngineError::corrupt(&path, e))?;
+        if object.header.slot != slot || object.header.shard != self.ctx.layout.shard().as_str() {
+            return Err(EngineError::corrupt(
+                &path,
+                format!(
+                    "object names shard {:?} slot {}",
+                    object.header.shard, object.header.slot
+                ),
+            ));
+        }
+        match self.walk.admit(&object.header) {
+            Admission::Apply => {
+                for entry in &object.entries {
+                    self.table
+                        .apply(entry)
+                        .map_err(|e| EngineError::from_apply(&path, e))?;
+                }
+                self.applied += 1;
+            }
+            Admission::SkipStale => self.skipped += 1,
+        }
+        Ok(())
+    }
+}
+
+/// Claims the shard and rebuilds its state.
+pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
+    let manifest = claim(ctx, None).await?;
+    walk_and_fence(ctx, manifest).await
+}
+
+/// Bumps the writer epoch. `expected` is the manifest this owner last wrote,
+/// when it re-claims after its own failure (then any other claim wins).
+pub(crate) async fn claim(
+    ctx: &ShardCtx,
+    expected: Option<&Versioned<Manifest>>,
+) -> Result<Versioned<Manifest>, EngineError> {
+    let claim_write_id = ctx.env.entropy.bytes16();
+    claim_shard(
+        &ctx.manifest,
+        ctx.layout.shard().as_str(),
+        ctx.instance.0,
+        claim_write_id,
+        expected,
+    )
+    .await
+    .map_err(|e| match e {
+        ClaimError::Contended { .. } => EngineError::Fenced,
+        other => EngineError::Store {
+            reason: other.to_string(),
+        },
+    })
+}
+
+/// Replays the WAL from the claimed manifest's replay point and fences it.
+pub(crate) async fn walk_and_fence(
+    ctx: &ShardCtx,
+    manifest: Versioned<Manifest>,
+) -> Result<Opened, EngineError> {
+    let started = Instant::now();
+    let store = &ctx.env.store;
+    let epoch = manifest.value.writer.epoch;
+    let replay = manifest.value.replay;
+
+    let listed = list_slots(ctx, replay.slot).await?;
+    let mut end = replay.slot;
+    while listed.contains(&end) {
+        end += 1;
+    }
+
+    let mut walker = Walker {
+        ctx,
+        walk: LogWalk::new(replay.epoch_floor),
+        table: StreamTable::default(),
+        applied: 0,
+        skipped: 0,
+    };
+    let retry = ctx.config.store_retry;
+    let mut fetches = futures::stream::iter(replay.slot..end)
+        .map(|slot| async move {
+            let path = ctx.layout.wal(slot);
+            match get_object(store, &path, &retry).await {
+                Ok(Some(bytes)) => Ok((slot, bytes)),
+                Ok(None) => Err(EngineError::Unavailable {
+                    reason: format!("{path} was listed but is gone"),
+                }),
+                Err(e) => Err(EngineError::store(&e)),
+            }
+        })
+        .buffered(ctx.config.replay_parallelism.max(1));
+    while let Some((slot, bytes)) = fetches.try_next().await? {
+        walker.take(slot, &bytes)?;
+    }
+
+    // Fence at the first free slot, walking whatever got there first.
+    let fence_writer = WriterId {
+        instance: ctx.instance.0,
+        epoch,
+        write_id: ctx.env.entropy.bytes16(),
+    };
+    let mut slot = end;
+    loop {
+        if slot - end >= FENCE_PROBES_MAX {
+            return Err(EngineError::Unavailable {
+                reason: "could not place a fence: WAL slots keep filling".into(),
+            });
+        }
+        let fence = WalObject::fence(slot, fence_writer, ctx.layout.shard().to_string());
+        let encoded = strata_wal::encode(&fence).map_err(|e| EngineError::corrupt("fence", e))?;
+        let path = ctx.layout.wal(slot);
+        match put_wal_object(
+            store,
+            &path,
+            encoded.to_bytes().into(),
+            &fence_writer,
+            &retry,
+        )
+        .await
+        {
+            WalPutOutcome::Written => break,
+            WalPutOutcome::Fenced { .. } => return Err(EngineError::Fenced),
+            WalPutOutcome::Collision { .. } => {
+                let bytes = get_object(store, &path, &retry)
+                    .await
+                    .map_err(|e| EngineError::store(&e))?
+                    .ok_or_else(|| EngineError::Unavailable {
+                        reason: format!("{path} vanished during fencing"),
+                    })?;
+                walker.take(slot, &bytes)?;
+                slot += 1;
+            }
+            WalPutOutcome::Failed(e) => return Err(EngineError::store(&e)),
+        }
+    }
+    let occupied = listed.range(slot + 1..).copied().collect();
+    let report = RecoveryReport {
+        epoch,
+        replay_from: replay.slot,
+        wal_objects_applied: walker.applied,
+        stale_objects_skipped: walker.skipped,
+        fence_slot: slot,
+        streams: walker.table.streams.len(),
+        duration_ms: started.elapsed().as_millis() as u64,
+    };
+    tracing::info!(shard = %ctx.layout.shard(), ?report, "shard opened");
+    Ok(Opened {
+        manifest,
+        table: walker.table,
+        epoch,
+        next_slot: slot + 1,
+        occupied,
+        report,
+    })
+}
+
+/// WAL slots at or after `from` that exist, from one listing.
+async fn list_slots(ctx: &ShardCtx, from: u64) -> Result<BTreeSet<u64>, EngineError> {
+    let prefix = ctx.layout.wal_prefix();
+    let store: &dyn ObjectStore = ctx.env.store.as_ref();
+    let listing = if from == 0 {
+        store.list(Some(&prefix))
+    } else {
+        store.list_with_offset(Some(&prefix), &ctx.layout.wal(from - 1))
+    };
+    let metas: Vec<_> = listing
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    Ok(metas
+        .iter()
+        .filter_map(|m| ctx.layout.parse_wal_slot(&m.location))
+        .filter(|&s| s >= from)
+        .collect())
+}

@@ -1,0 +1,104 @@
+//! Taking ownership of a shard: the epoch bump half of fencing.
+//!
+//! A new owner reads the manifest and replaces it, `If-Match` on the e-tag it
+//! read, with a successor whose writer epoch is one higher and whose writer
+//! identity is its own. Of several owners racing, exactly one CAS wins; the
+//! others get [`ClaimError::Contended`] and must not retry blindly (retrying
+//! would fence the winner in turn). The engine then writes the fence object at
+//! the first free WAL slot, which stops the previous owner's WAL writes.
+
+use crate::cas::{CasError, CasObject, Versioned};
+use crate::format::{Manifest, ManifestCodec, ManifestError, WriterIdentity};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// Another owner changed the manifest between our read and our write.
+    #[error("shard {shard}: another owner claimed it concurrently")]
+    Contended { shard: String },
+    /// The manifest names a different shard than the one being opened.
+    #[error("manifest at {path} belongs to shard {found:?}, not {expected:?}")]
+    WrongShard {
+        path: String,
+        found: String,
+        expected: String,
+    },
+    #[error(transparent)]
+    Cas(#[from] CasError<ManifestError>),
+}
+
+/// Claims `shard` for `instance`: creates the manifest at epoch 1 if there is
+/// none, otherwise bumps the epoch of the current one. With `expected`, the
+/// claim only succeeds if the manifest is still the one we last wrote (an owner
+/// re-claiming after its own failure must not steal the shard back).
+pub async fn claim_shard(
+    cas: &CasObject<ManifestCodec>,
+    shard: &str,
+    instance: [u8; 16],
+    write_id: [u8; 16],
+    expected: Option<&Versioned<Manifest>>,
+) -> Result<Versioned<Manifest>, ClaimError> {
+    let current = match expected {
+        Some(v) => Some(v.clone()),
+        None => cas.load().await?,
+    };
+    let result = match current {
+        None => {
+            cas.create(Manifest::initial(shard.to_string(), instance, write_id))
+                .await
+        }
+        Some(current) => {
+            if current.value.shard != shard {
+                return Err(ClaimError::WrongShard {
+                    path: cas.path().to_string(),
+                    found: current.value.shard.clone(),
+                    expected: shard.to_string(),
+                });
+            }
+            let writer = WriterIdentity {
+                instance,
+                epoch: current.value.writer.epoch + 1,
+                write_id,
+            };
+            cas.replace(&current, current.value.successor(writer)).await
+        }
+    };
+    match result {
+        Ok(v) => Ok(v),
+        Err(CasError::Conflict { .. }) => Err(ClaimError::Contended {
+            shard: shard.to_string(),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cas::RetryPolicy;
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn claims_bump_the_epoch_and_stale_reclaims_fail() {
+        let cas = CasObject::<ManifestCodec>::new(
+            Arc::new(InMemory::new()),
+            Path::from("shards/a/manifest"),
+            RetryPolicy::default(),
+        );
+        let first = claim_shard(&cas, "a", [1; 16], [1; 16], None)
+            .await
+            .unwrap();
+        assert_eq!(first.value.writer.epoch, 1);
+        let second = claim_shard(&cas, "a", [2; 16], [2; 16], None)
+            .await
+            .unwrap();
+        assert_eq!(second.value.writer.epoch, 2);
+        assert_eq!(second.value.version, 2);
+        // The first owner tries to re-claim from what it last wrote: refused.
+        let stale = claim_shard(&cas, "a", [1; 16], [3; 16], Some(&first)).await;
+        assert!(matches!(stale, Err(ClaimError::Contended { .. })));
+        let wrong = claim_shard(&cas, "b", [1; 16], [4; 16], None).await;
+        assert!(matches!(wrong, Err(ClaimError::WrongShard { .. })));
+    }
+}

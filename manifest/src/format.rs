@@ -1,0 +1,404 @@
+//! Byte layout of a shard manifest (format version 1); `docs/FORMATS.md` is its
+//! prose twin.
+//!
+//! ```text
+//! magic "STRATAMF" · version u16 · reserved u16 (0)
+//! manifest version u64 · writer epoch u64 · writer instance [16] · write id [16]
+//! shard name (u16 length, 1..=64 bytes UTF-8)
+//! replay slot u64 · replay epoch floor u64 · next object id u64
+//! index run count u32 · runs × (id u64 · bytes u64)
+//! segment count u32 · segments × (id u64 · bytes u64)
+//! CRC-32C of every preceding byte, u32
+//! ```
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::cas::CasCodec;
+
+pub const MAGIC: [u8; 8] = *b"STRATAMF";
+pub const FORMAT_VERSION: u16 = 1;
+/// Largest manifest the decoder accepts.
+pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
+const MAX_SHARD_NAME_BYTES: usize = 64;
+const FIXED_BYTES: usize = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + 8 + 8 + 8 + 4 + 4 + 4;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    #[error("manifest too short: {len} bytes")]
+    TooShort { len: usize },
+    #[error("manifest too large: {len} bytes")]
+    TooLarge { len: usize },
+    #[error("bad manifest magic")]
+    BadMagic,
+    #[error("unsupported manifest format version {found} (this build reads {FORMAT_VERSION})")]
+    UnsupportedVersion { found: u16 },
+    #[error("manifest CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    #[error("manifest truncated while reading {field}")]
+    Truncated { field: &'static str },
+    #[error("manifest field {field} is invalid: {reason}")]
+    Invalid {
+        field: &'static str,
+        reason: &'static str,
+    },
+}
+
+/// The owner that wrote a manifest: instance, epoch, and a random id unique to
+/// the write (the CAS write token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterIdentity {
+    pub instance: [u8; 16],
+    pub epoch: u64,
+    pub write_id: [u8; 16],
+}
+
+/// Where replay starts: the first WAL slot not covered by sealed state, and the
+/// writer epoch that the walk's epoch floor starts at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayPoint {
+    pub slot: u64,
+    pub epoch_floor: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexRunRef {
+    pub id: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentRef {
+    pub id: u64,
+    pub bytes: u64,
+}
+
+/// A shard manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// Grows by one with every successful write of the manifest.
+    pub version: u64,
+    /// The writer that holds the shard; its epoch is the shard's writer epoch.
+    pub writer: WriterIdentity,
+    pub shard: String,
+    pub replay: ReplayPoint,
+    /// Ids for new segment and index-run objects are taken from here.
+    pub next_object_id: u64,
+    pub index_runs: Vec<IndexRunRef>,
+    pub segments: Vec<SegmentRef>,
+}
+
+impl Manifest {
+    /// The manifest a shard starts with: epoch 1, replay from slot 0.
+    pub fn initial(shard: String, instance: [u8; 16], write_id: [u8; 16]) -> Self {
+        Manifest {
+            version: 1,
+            writer: WriterIdentity {
+                instance,
+                epoch: 1,
+                write_id,
+            },
+            shard,
+            replay: ReplayPoint {
+                slot: 0,
+                epoch_floor: 0,
+            },
+            next_object_id: 1,
+            index_runs: Vec::new(),
+            segments: Vec::new(),
+        }
+    }
+
+    /// The successor of this manifest written by `writer` (version + 1).
+    pub fn successor(&self, writer: WriterIdentity) -> Self {
+        Manifest {
+            version: self.version + 1,
+            writer,
+            ..self.clone()
+        }
+    }
+
+    pub fn writer_epoch(&self) -> u64 {
+        self.writer.epoch
+    }
+}
+
+fn check_encodable(m: &Manifest) -> Result<(), ManifestError> {
+    if m.shard.is_empty() || m.shard.len() > MAX_SHARD_NAME_BYTES {
+        return Err(ManifestError::Invalid {
+            field: "shard",
+            reason: "length must be 1..=64 bytes",
+        });
+    }
+    let len = FIXED_BYTES + m.shard.len() + 16 * (m.index_runs.len() + m.segments.len());
+    if len > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge { len });
+    }
+    Ok(())
+}
+
+pub fn encode(m: &Manifest) -> Result<Bytes, ManifestError> {
+    check_encodable(m)?;
+    let mut b = BytesMut::with_capacity(FIXED_BYTES + m.shard.len());
+    b.put_slice(&MAGIC);
+    b.put_u16_le(FORMAT_VERSION);
+    b.put_u16_le(0);
+    b.put_u64_le(m.version);
+    b.put_u64_le(m.writer.epoch);
+    b.put_slice(&m.writer.instance);
+    b.put_slice(&m.writer.write_id);
+    b.put_u16_le(m.shard.len() as u16);
+    b.put_slice(m.shard.as_bytes());
+    b.put_u64_le(m.replay.slot);
+    b.put_u64_le(m.replay.epoch_floor);
+    b.put_u64_le(m.next_object_id);
+    b.put_u32_le(m.index_runs.len() as u32);
+    for r in &m.index_runs {
+        b.put_u64_le(r.id);
+        b.put_u64_le(r.bytes);
+    }
+    b.put_u32_le(m.segments.len() as u32);
+    for s in &m.segments {
+        b.put_u64_le(s.id);
+        b.put_u64_le(s.bytes);
+    }
+    let crc = crc32c::crc32c(&b);
+    b.put_u32_le(crc);
+    Ok(b.freeze())
+}
+
+pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
+    let len = bytes.len();
+    if len > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge { len });
+    }
+    if len < FIXED_BYTES {
+        return Err(ManifestError::TooShort { len });
+    }
+    if bytes[..8] != MAGIC {
+        return Err(ManifestError::BadMagic);
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != FORMAT_VERSION {
+        return Err(ManifestError::UnsupportedVersion { found: version });
+    }
+    let crc_at = len - 4;
+    let stored = u32::from_le_bytes(bytes[crc_at..].try_into().expect("4 bytes"));
+    let computed = crc32c::crc32c(&bytes[..crc_at]);
+    if stored != computed {
+        return Err(ManifestError::CrcMismatch { stored, computed });
+    }
+    let mut b = bytes.slice(10..crc_at);
+    if get_u16(&mut b, "reserved")? != 0 {
+        return Err(ManifestError::Invalid {
+            field: "reserved",
+            reason: "must be zero",
+        });
+    }
+    let manifest_version = get_u64(&mut b, "version")?;
+    let epoch = get_u64(&mut b, "writer epoch")?;
+    let instance = get_array(&mut b, "writer instance")?;
+    let write_id = get_array(&mut b, "write id")?;
+    let name_len = get_u16(&mut b, "shard name length")? as usize;
+    if name_len == 0 || name_len > MAX_SHARD_NAME_BYTES || name_len > b.len() {
+        return Err(ManifestError::Invalid {
+            field: "shard name",
+            reason: "length must be 1..=64 bytes and inside the object",
+        });
+    }
+    let shard =
+        String::from_utf8(b.split_to(name_len).to_vec()).map_err(|_| ManifestError::Invalid {
+            field: "shard name",
+            reason: "not UTF-8",
+        })?;
+    let replay = ReplayPoint {
+        slot: get_u64(&mut b, "replay slot")?,
+        epoch_floor: get_u64(&mut b, "replay epoch floor")?,
+    };
+    let next_object_id = get_u64(&mut b, "next object id")?;
+    let index_runs = get_refs(&mut b, "index runs")?
+        .into_iter()
+        .map(|(id, bytes)| IndexRunRef { id, bytes })
+        .collect();
+    let segments = get_refs(&mut b, "segments")?
+        .into_iter()
+        .map(|(id, bytes)| SegmentRef { id, bytes })
+        .collect();
+    if !b.is_empty() {
+        return Err(ManifestError::Invalid {
+            field: "trailer",
+            reason: "trailing bytes before the CRC",
+        });
+    }
+    if manifest_version == 0 || epoch == 0 {
+        return Err(ManifestError::Invalid {
+            field: "version",
+            reason: "manifest version and writer epoch start at 1",
+        });
+    }
+    Ok(Manifest {
+        version: manifest_version,
+        writer: WriterIdentity {
+            instance,
+            epoch,
+            write_id,
+        },
+        shard,
+        replay,
+        next_object_id,
+        index_runs,
+        segments,
+    })
+}
+
+fn get_refs(b: &mut Bytes, field: &'static str) -> Result<Vec<(u64, u64)>, ManifestError> {
+    let count = get_u32(b, field)? as usize;
+    if count.saturating_mul(16) > b.len() {
+        return Err(ManifestError::Truncated { field });
+    }
+    (0..count)
+        .map(|_| Ok((get_u64(b, field)?, get_u64(b, field)?)))
+        .collect()
+}
+
+fn get_u16(b: &mut Bytes, field: &'static str) -> Result<u16, ManifestError> {
+    b.try_get_u16_le()
+        .map_err(|_| ManifestError::Truncated { field })
+}
+
+fn get_u32(b: &mut Bytes, field: &'static str) -> Result<u32, ManifestError> {
+    b.try_get_u32_le()
+        .map_err(|_| ManifestError::Truncated { field })
+}
+
+fn get_u64(b: &mut Bytes, field: &'static str) -> Result<u64, ManifestError> {
+    b.try_get_u64_le()
+        .map_err(|_| ManifestError::Truncated { field })
+}
+
+fn get_array(b: &mut Bytes, field: &'static str) -> Result<[u8; 16], ManifestError> {
+    let mut out = [0u8; 16];
+    b.try_copy_to_slice(&mut out)
+        .map_err(|_| ManifestError::Truncated { field })?;
+    Ok(out)
+}
+
+/// [`CasCodec`] for manifests; the write token is the writer's write id.
+pub struct ManifestCodec;
+
+impl CasCodec for ManifestCodec {
+    type Value = Manifest;
+    type Error = ManifestError;
+
+    fn encode(value: &Manifest) -> Result<Bytes, ManifestError> {
+        encode(value)
+    }
+
+    fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
+        decode(bytes)
+    }
+
+    fn write_token(value: &Manifest) -> [u8; 16] {
+        value.writer.write_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Manifest {
+        let mut m = Manifest::initial("s0".into(), [1; 16], [2; 16]);
+        m.version = 7;
+        m.replay = ReplayPoint {
+            slot: 40,
+            epoch_floor: 3,
+        };
+        m.index_runs = vec![IndexRunRef { id: 5, bytes: 100 }];
+        m.segments = vec![
+            SegmentRef { id: 3, bytes: 9 },
+            SegmentRef { id: 4, bytes: 10 },
+        ];
+        m
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = sample();
+        assert_eq!(decode(&encode(&m).unwrap()).unwrap(), m);
+    }
+
+    #[test]
+    fn truncations_and_bit_flips_are_errors() {
+        let bytes = encode(&sample()).unwrap();
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes.slice(..len)).is_err());
+        }
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut v = bytes.to_vec();
+                v[i] ^= 1 << bit;
+                assert!(decode(&Bytes::from(v)).is_err(), "byte {i} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_version_rejected() {
+        let mut v = encode(&sample()).unwrap().to_vec();
+        v[8] = 9;
+        assert_eq!(
+            decode(&Bytes::from(v)),
+            Err(ManifestError::UnsupportedVersion { found: 9 })
+        );
+    }
+
+    #[test]
+    fn oversized_rejected() {
+        let big = Bytes::from(vec![0u8; MAX_MANIFEST_BYTES + 1]);
+        assert!(matches!(decode(&big), Err(ManifestError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn lying_counts_with_valid_crc_are_errors() {
+        let m = sample();
+        let mut v = encode(&m).unwrap().to_vec();
+        let runs_at = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + m.shard.len() + 24;
+        v[runs_at..runs_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let n = v.len() - 4;
+        let crc = crc32c::crc32c(&v[..n]);
+        v[n..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode(&Bytes::from(v)),
+            Err(ManifestError::Truncated { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn any_manifest_round_trips(
+            version in 1u64..,
+            epoch in 1u64..,
+            shard in "[a-z0-9]{1,64}",
+            slot in any::<u64>(),
+            floor in any::<u64>(),
+            runs in proptest::collection::vec((any::<u64>(), any::<u64>()), 0..5),
+        ) {
+            let m = Manifest {
+                version,
+                writer: WriterIdentity { instance: [3; 16], epoch, write_id: [4; 16] },
+                shard,
+                replay: ReplayPoint { slot, epoch_floor: floor },
+                next_object_id: 9,
+                index_runs: runs.iter().map(|&(id, bytes)| IndexRunRef { id, bytes }).collect(),
+                segments: runs.iter().map(|&(id, bytes)| SegmentRef { id, bytes }).collect(),
+            };
+            prop_assert_eq!(decode(&encode(&m).unwrap()).unwrap(), m);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode(&Bytes::from(data));
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! # strata-manifest: the shard manifest and the compare-and-swap it stands on
+//!
+//! * [`format`]: the byte layout of a shard manifest ([`Manifest`]): the writer
+//!   epoch and identity of the owner that wrote it, the WAL replay point, and the
+//!   lists of index runs and segment objects that hold the shard's sealed state.
+//! * [`cas`]: [`CasObject`], a generic object updated only by conditional PUTs
+//!   (`If-None-Match: *` to create, `If-Match: <etag>` to replace). It knows
+//!   nothing about manifests: any value with a [`CasCodec`] works (the engine
+//!   also uses it for stream descriptors). An ambiguous answer (`AlreadyExists`
+//!   or `Precondition` after a retried request, or a transport error) is resolved
+//!   by reading the object back and comparing the write token stored in it.
+//! * [`claim`]: taking ownership of a shard by bumping the writer epoch through
+//!   the CAS — the first half of fencing (the engine writes the fence object).
+//!
+//! Invariants: the manifest's `version` grows by exactly one per successful
+//! write; `writer_epoch` never decreases; the replay point never moves backwards.
+
+pub mod cas;
+pub mod claim;
+pub mod format;
+
+pub use cas::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
+pub use claim::{claim_shard, ClaimError};
+pub use format::{
+    IndexRunRef, Manifest, ManifestCodec, ManifestError, ReplayPoint, SegmentRef, WriterIdentity,
+};

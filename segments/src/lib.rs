@@ -1,0 +1,28 @@
+//! # strata-segments: pages, page cryptography, and segment objects
+//!
+//! * [`keys`]: stream keys, the per-incarnation stream epoch, the HKDF-SHA256
+//!   derivations (key fingerprint, per-routing-key subkey, page key) and the
+//!   per-stream cache of derived page ciphers. Key bytes are zeroized on drop
+//!   and have no `Debug` output.
+//! * [`page`]: the page format — one append request's records of one routing key
+//!   and key version behind a clear header bound as AAD, body compressed with
+//!   zstd-1 when that pays, sealed with AES-256-GCM-SIV under a fresh random
+//!   nonce. Pages are opened whole: authenticate first, then decompress into a
+//!   size the header declares and the limits bound.
+//!
+//! Page bytes are stored identically in WAL objects and segment objects; this
+//! crate is the only place that knows what is inside them.
+
+pub mod keys;
+pub mod page;
+mod varint;
+
+pub use keys::{
+    KeyError, PageCipher, StreamCipher, StreamEpoch, StreamKey, KEY_FINGERPRINT_BYTES,
+    STREAM_EPOCH_BYTES, STREAM_KEY_BYTES,
+};
+pub use page::{
+    open_page, parse_header, plan_pages, prepare_body, prepare_body_with_timestamps, seal_page,
+    OpenedPage, PageError, PageHeader, PreparedBody, Record, MAX_PAGE_BODY_BYTES,
+    MAX_RECORDS_PER_PAGE, MAX_ROUTING_KEY_BYTES, PAGE_BODY_TARGET_BYTES,
+};
