@@ -16,6 +16,7 @@ pub mod error;
 pub mod ids;
 pub mod layout;
 pub mod shard;
+pub mod sim;
 pub mod store;
 
 pub use env::{Clock, EngineEnv, Entropy, OsEntropy, SeededEntropy, SystemClock, TokioClock};

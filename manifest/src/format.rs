@@ -5,7 +5,7 @@
 //! magic "STRATAMF" · version u16 · reserved u16 (0)
 //! manifest version u64 · writer epoch u64 · writer instance [16] · write id [16]
 //! shard name (u16 length, 1..=64 bytes UTF-8)
-//! replay slot u64 · replay epoch floor u64 · next object id u64
+//! replay slot u64 · replay epoch floor u64 · replay chain end u64 · next object id u64
 //! index run count u32 · runs × (id u64 · bytes u64)
 //! segment count u32 · segments × (id u64 · bytes u64)
 //! CRC-32C of every preceding byte, u32
@@ -20,7 +20,9 @@ pub const FORMAT_VERSION: u16 = 1;
 /// Largest manifest the decoder accepts.
 pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
 const MAX_SHARD_NAME_BYTES: usize = 64;
-const FIXED_BYTES: usize = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + 8 + 8 + 8 + 4 + 4 + 4;
+const FIXED_BYTES: usize = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + 8 + 8 + 8 + 8 + 4 + 4 + 4;
+/// `chain_end` when no WAL object precedes the replay point.
+pub const NO_SLOT: u64 = u64::MAX;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
@@ -52,12 +54,14 @@ pub struct WriterIdentity {
     pub write_id: [u8; 16],
 }
 
-/// Where replay starts: the first WAL slot not covered by sealed state, and the
-/// writer epoch that the walk's epoch floor starts at.
+/// Where replay starts: the first WAL slot not covered by sealed state, the
+/// writer epoch the walk's epoch floor starts at, and the slot of the last WAL
+/// object covered (the chain the next data object must continue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplayPoint {
     pub slot: u64,
     pub epoch_floor: u64,
+    pub chain_end: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +105,7 @@ impl Manifest {
             replay: ReplayPoint {
                 slot: 0,
                 epoch_floor: 0,
+                chain_end: NO_SLOT,
             },
             next_object_id: 1,
             index_runs: Vec::new(),
@@ -150,6 +155,7 @@ pub fn encode(m: &Manifest) -> Result<Bytes, ManifestError> {
     b.put_slice(m.shard.as_bytes());
     b.put_u64_le(m.replay.slot);
     b.put_u64_le(m.replay.epoch_floor);
+    b.put_u64_le(m.replay.chain_end);
     b.put_u64_le(m.next_object_id);
     b.put_u32_le(m.index_runs.len() as u32);
     for r in &m.index_runs {
@@ -213,7 +219,14 @@ pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
     let replay = ReplayPoint {
         slot: get_u64(&mut b, "replay slot")?,
         epoch_floor: get_u64(&mut b, "replay epoch floor")?,
+        chain_end: get_u64(&mut b, "replay chain end")?,
     };
+    if replay.chain_end != NO_SLOT && replay.chain_end >= replay.slot {
+        return Err(ManifestError::Invalid {
+            field: "replay chain end",
+            reason: "must precede the replay slot",
+        });
+    }
     let next_object_id = get_u64(&mut b, "next object id")?;
     let index_runs = get_refs(&mut b, "index runs")?
         .into_iter()
@@ -313,6 +326,7 @@ mod tests {
         m.replay = ReplayPoint {
             slot: 40,
             epoch_floor: 3,
+            chain_end: 38,
         };
         m.index_runs = vec![IndexRunRef { id: 5, bytes: 100 }];
         m.segments = vec![
@@ -363,7 +377,7 @@ mod tests {
     fn lying_counts_with_valid_crc_are_errors() {
         let m = sample();
         let mut v = encode(&m).unwrap().to_vec();
-        let runs_at = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + m.shard.len() + 24;
+        let runs_at = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + m.shard.len() + 32;
         v[runs_at..runs_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         let n = v.len() - 4;
         let crc = crc32c::crc32c(&v[..n]);
@@ -388,7 +402,7 @@ mod tests {
                 version,
                 writer: WriterIdentity { instance: [3; 16], epoch, write_id: [4; 16] },
                 shard,
-                replay: ReplayPoint { slot, epoch_floor: floor },
+                replay: ReplayPoint { slot, epoch_floor: floor, chain_end: slot.checked_sub(1).unwrap_or(NO_SLOT) },
                 next_object_id: 9,
                 index_runs: runs.iter().map(|&(id, bytes)| IndexRunRef { id, bytes }).collect(),
                 segments: runs.iter().map(|&(id, bytes)| SegmentRef { id, bytes }).collect(),

@@ -23,4 +23,5 @@ pub use cas::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
 pub use claim::{claim_shard, ClaimError};
 pub use format::{
     IndexRunRef, Manifest, ManifestCodec, ManifestError, ReplayPoint, SegmentRef, WriterIdentity,
+    NO_SLOT,
 };

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! header   magic "STRATAWL" · version u16 · kind u8 · reserved u8 (0)
-//!          slot u64 · writer epoch u64 · writer instance [16] · write id [16]
+//!          slot u64 · previous slot u64 (u64::MAX: none) · writer epoch u64
+//!          writer instance [16] · write id [16]
 //!          shard name (u16 length, 1..=64 bytes UTF-8) · entry count u32
 //! entries  entry count × (tag u8 · body length u32 · body)
 //! trailer  CRC-32C (Castagnoli) of every preceding byte, u32
@@ -34,7 +35,9 @@ pub const MAX_ENTRIES: usize = 1 << 20;
 
 const TRAILER_BYTES: usize = 4;
 /// Fixed part of the header, before the shard name.
-const HEADER_FIXED_BYTES: usize = 8 + 2 + 1 + 1 + 8 + 8 + 16 + 16;
+const HEADER_FIXED_BYTES: usize = 8 + 2 + 1 + 1 + 8 + 8 + 8 + 16 + 16;
+/// `prev_slot` of an object with no predecessor.
+pub const NO_SLOT: u64 = u64::MAX;
 /// Pages at least this large are handed to the store as their own payload chunk
 /// instead of being copied into the object buffer.
 const PAGE_CHUNK_MIN_BYTES: usize = 16 << 10;
@@ -119,6 +122,10 @@ pub struct WriterId {
 pub struct WalHeader {
     pub kind: ObjectKind,
     pub slot: u64,
+    /// The slot of the object this one follows in its writer's chain
+    /// ([`NO_SLOT`] for none). Data objects continue the chain that starts at
+    /// their owner's fence; the walk admits them only if they do.
+    pub prev_slot: u64,
     pub writer: WriterId,
     pub shard: String,
 }
@@ -201,12 +208,14 @@ pub struct WalObject {
 }
 
 impl WalObject {
-    /// A fence object: no entries.
-    pub fn fence(slot: u64, writer: WriterId, shard: String) -> Self {
+    /// A fence object: no entries. `prev_slot` records the chain it follows
+    /// (informational; the walk admits fences by epoch alone).
+    pub fn fence(slot: u64, prev_slot: u64, writer: WriterId, shard: String) -> Self {
         WalObject {
             header: WalHeader {
                 kind: ObjectKind::Fence,
                 slot,
+                prev_slot,
                 writer,
                 shard,
             },
@@ -297,6 +306,7 @@ pub fn encode(object: &WalObject) -> Result<EncodedObject, WalError> {
     b.put_u8(h.kind.code());
     b.put_u8(0);
     b.put_u64_le(h.slot);
+    b.put_u64_le(h.prev_slot);
     b.put_u64_le(h.writer.epoch);
     b.put_slice(&h.writer.instance);
     b.put_slice(&h.writer.write_id);
@@ -529,6 +539,13 @@ fn read_header(body: &mut Bytes) -> Result<WalHeader, WalError> {
         });
     }
     let slot = get_u64(body, "slot")?;
+    let prev_slot = get_u64(body, "previous slot")?;
+    if prev_slot != NO_SLOT && prev_slot >= slot {
+        return Err(WalError::Invalid {
+            field: "previous slot",
+            reason: "must precede the object's own slot",
+        });
+    }
     let epoch = get_u64(body, "writer epoch")?;
     let instance = get_array::<16>(body, "writer instance")?;
     let write_id = get_array::<16>(body, "write id")?;
@@ -543,6 +560,7 @@ fn read_header(body: &mut Bytes) -> Result<WalHeader, WalError> {
     Ok(WalHeader {
         kind,
         slot,
+        prev_slot,
         writer: WriterId {
             instance,
             epoch,
@@ -706,6 +724,7 @@ mod tests {
             header: WalHeader {
                 kind: ObjectKind::Data,
                 slot: 42,
+                prev_slot: 40,
                 writer: writer(),
                 shard: "s0".into(),
             },
@@ -760,7 +779,7 @@ mod tests {
 
     #[test]
     fn fence_round_trip_and_fence_with_entries_rejected() {
-        let fence = WalObject::fence(8, writer(), "s0".into());
+        let fence = WalObject::fence(8, NO_SLOT, writer(), "s0".into());
         let bytes = encode(&fence).unwrap().to_bytes();
         assert_eq!(decode(&bytes).unwrap(), fence);
         let mut bad = sample();
@@ -921,6 +940,7 @@ mod tests {
                 header: WalHeader {
                     kind: ObjectKind::Data,
                     slot,
+                    prev_slot: slot.checked_sub(1).unwrap_or(NO_SLOT),
                     writer: WriterId { instance: [1; 16], epoch, write_id: [2; 16] },
                     shard,
                 },

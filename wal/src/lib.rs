@@ -14,18 +14,21 @@
 //!   Page bytes inside append entries are opaque here (the `segments` crate owns
 //!   the page format).
 //! * [`walk`]: the rule that decides which slots belong to the log during replay
-//!   ([`LogWalk`]). Objects are admitted in slot order while writer epochs do not
-//!   decrease; an object from an older epoch than one already admitted is the junk
-//!   of a fenced owner and is skipped; the first missing slot ends the log.
+//!   ([`LogWalk`]): slots are read in order until the first missing one; objects
+//!   from an epoch older than one already admitted are skipped (junk of a fenced
+//!   owner), and data objects are admitted only if they continue the chain of
+//!   `prev_slot` links that starts at their owner's fence.
 //!
 //! Invariants the engine builds on (see `docs/FORMATS.md`, "WAL objects"):
 //!
 //! 1. An owner writes its fence object before any data object of its epoch, at a
-//!    slot after every object it replayed.
-//! 2. An owner acknowledges a data object only when every earlier object it issued
-//!    is durable, so an acknowledged object never follows a hole.
-//! 3. Therefore an object of epoch `e` found after an object of epoch `e' > e` was
-//!    never acknowledged, and skipping it loses nothing.
+//!    slot after every object it replayed; each of its data objects names the
+//!    slot of the object before it in its chain.
+//! 2. An owner acknowledges a data object only when every earlier object of its
+//!    chain is durable, so an acknowledged object is always chained.
+//! 3. Therefore an object of epoch `e` found after an object of epoch `e' > e`,
+//!    or a data object whose predecessor is not in the log, was never
+//!    acknowledged, and skipping it loses nothing.
 
 pub mod format;
 pub mod walk;
@@ -33,6 +36,6 @@ pub mod walk;
 pub use format::{
     decode, decode_header, encode, AppendEntry, CloseEntry, CreateEntry, DeleteEntry,
     EncodedObject, ObjectKind, ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalError,
-    WalHeader, WalObject, WriterId, FORMAT_VERSION, MAGIC, MAX_OBJECT_BYTES,
+    WalHeader, WalObject, WriterId, FORMAT_VERSION, MAGIC, MAX_OBJECT_BYTES, NO_SLOT,
 };
 pub use walk::{Admission, LogWalk};

@@ -114,6 +114,8 @@ pub(crate) struct Actor {
     puts: JoinSet<PutDone>,
     put_tasks: HashMap<TaskId, u64>,
     next_slot: u64,
+    /// Slot of the last object issued in this owner's chain (the fence at first).
+    chain_end: u64,
     occupied: BTreeSet<u64>,
     last_flush_start: Option<Instant>,
     pending_bytes: usize,
@@ -143,6 +145,7 @@ impl Actor {
             puts: JoinSet::new(),
             put_tasks: HashMap::new(),
             next_slot: 0,
+            chain_end: strata_wal::NO_SLOT,
             occupied: BTreeSet::new(),
             last_flush_start: None,
             pending_bytes: 0,
@@ -497,11 +500,13 @@ impl Actor {
             header: WalHeader {
                 kind: ObjectKind::Data,
                 slot,
+                prev_slot: self.chain_end,
                 writer,
                 shard: self.ctx.layout.shard().to_string(),
             },
             entries: batch.entries,
         });
+        self.chain_end = slot;
         let issue = self.next_issue;
         self.next_issue += 1;
         let ctx = self.ctx.clone();
@@ -745,6 +750,7 @@ impl Actor {
         self.manifest = opened.manifest;
         self.epoch = opened.epoch;
         self.next_slot = opened.next_slot;
+        self.chain_end = opened.chain_end;
         self.occupied = opened.occupied;
         self.staged = opened
             .table

@@ -48,7 +48,7 @@ use crate::ids::{InstanceId, ShardName, StreamRef};
 use crate::layout::ShardLayout;
 
 pub use read::{ReadBatch, ReadLimits, WaitOutcome};
-pub use recovery::RecoveryReport;
+pub use recovery::{inspect_log, LogView, RecoveryReport};
 pub use state::{
     ApplyError, DurableStream, ProducerClaim, ProducerState, StreamStatus, StreamTable, Tail,
 };

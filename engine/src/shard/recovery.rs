@@ -19,13 +19,18 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
-use strata_manifest::{claim_shard, ClaimError, Manifest, Versioned};
+use strata_manifest::{
+    claim_shard, CasObject, ClaimError, Manifest, ManifestCodec, ReplayPoint, Versioned,
+};
 use strata_wal::{Admission, LogWalk, WalObject, WriterId};
 
 use super::io::{get_object, put_wal_object, WalPutOutcome};
 use super::state::StreamTable;
-use super::ShardCtx;
+use super::{ShardConfig, ShardCtx};
+use crate::env::EngineEnv;
 use crate::error::EngineError;
+use crate::ids::{InstanceId, ShardName};
+use crate::layout::ShardLayout;
 
 /// Most slots the fence may move past objects that appeared after the listing.
 const FENCE_PROBES_MAX: u64 = 4096;
@@ -49,6 +54,8 @@ pub(crate) struct Opened {
     pub epoch: u64,
     /// First slot after the fence.
     pub next_slot: u64,
+    /// The fence's slot: the first data object continues the chain from it.
+    pub chain_end: u64,
     /// Slots after the fence that already hold objects (of older owners).
     pub occupied: BTreeSet<u64>,
     pub report: RecoveryReport,
@@ -84,7 +91,7 @@ impl Walker<'_> {
                 }
                 self.applied += 1;
             }
-            Admission::SkipStale => self.skipped += 1,
+            Admission::SkipStale | Admission::SkipUnchained => self.skipped += 1,
         }
         Ok(())
     }
@@ -128,36 +135,8 @@ pub(crate) async fn walk_and_fence(
     let store = &ctx.env.store;
     let epoch = manifest.value.writer.epoch;
     let replay = manifest.value.replay;
-
-    let listed = list_slots(ctx, replay.slot).await?;
-    let mut end = replay.slot;
-    while listed.contains(&end) {
-        end += 1;
-    }
-
-    let mut walker = Walker {
-        ctx,
-        walk: LogWalk::new(replay.epoch_floor),
-        table: StreamTable::default(),
-        applied: 0,
-        skipped: 0,
-    };
+    let (mut walker, end, listed) = walk(ctx, replay).await?;
     let retry = ctx.config.store_retry;
-    let mut fetches = futures::stream::iter(replay.slot..end)
-        .map(|slot| async move {
-            let path = ctx.layout.wal(slot);
-            match get_object(store, &path, &retry).await {
-                Ok(Some(bytes)) => Ok((slot, bytes)),
-                Ok(None) => Err(EngineError::Unavailable {
-                    reason: format!("{path} was listed but is gone"),
-                }),
-                Err(e) => Err(EngineError::store(&e)),
-            }
-        })
-        .buffered(ctx.config.replay_parallelism.max(1));
-    while let Some((slot, bytes)) = fetches.try_next().await? {
-        walker.take(slot, &bytes)?;
-    }
 
     // Fence at the first free slot, walking whatever got there first.
     let fence_writer = WriterId {
@@ -172,7 +151,12 @@ pub(crate) async fn walk_and_fence(
                 reason: "could not place a fence: WAL slots keep filling".into(),
             });
         }
-        let fence = WalObject::fence(slot, fence_writer, ctx.layout.shard().to_string());
+        let fence = WalObject::fence(
+            slot,
+            walker.walk.chain_end(),
+            fence_writer,
+            ctx.layout.shard().to_string(),
+        );
         let encoded = strata_wal::encode(&fence).map_err(|e| EngineError::corrupt("fence", e))?;
         let path = ctx.layout.wal(slot);
         match put_wal_object(
@@ -215,8 +199,98 @@ pub(crate) async fn walk_and_fence(
         table: walker.table,
         epoch,
         next_slot: slot + 1,
+        chain_end: slot,
         occupied,
         report,
+    })
+}
+
+/// Lists the WAL from `replay` and applies the contiguous run of objects that
+/// starts there. Returns the walk, the first missing slot, and every listed slot.
+async fn walk(
+    ctx: &ShardCtx,
+    replay: ReplayPoint,
+) -> Result<(Walker<'_>, u64, BTreeSet<u64>), EngineError> {
+    let store = &ctx.env.store;
+    let listed = list_slots(ctx, replay.slot).await?;
+    let mut end = replay.slot;
+    while listed.contains(&end) {
+        end += 1;
+    }
+    let mut walker = Walker {
+        ctx,
+        walk: LogWalk::new(replay.epoch_floor, replay.chain_end),
+        table: StreamTable::default(),
+        applied: 0,
+        skipped: 0,
+    };
+    let retry = ctx.config.store_retry;
+    let mut fetches = futures::stream::iter(replay.slot..end)
+        .map(|slot| async move {
+            let path = ctx.layout.wal(slot);
+            match get_object(store, &path, &retry).await {
+                Ok(Some(bytes)) => Ok((slot, bytes)),
+                Ok(None) => Err(EngineError::Unavailable {
+                    reason: format!("{path} was listed but is gone"),
+                }),
+                Err(e) => Err(EngineError::store(&e)),
+            }
+        })
+        .buffered(ctx.config.replay_parallelism.max(1));
+    while let Some((slot, bytes)) = fetches.try_next().await? {
+        walker.take(slot, &bytes)?;
+    }
+    drop(fetches);
+    Ok((walker, end, listed))
+}
+
+/// A read-only view of a shard's log: what an owner opening it now would
+/// recover, without claiming or fencing anything.
+#[derive(Debug, Clone)]
+pub struct LogView {
+    pub manifest: Option<Manifest>,
+    pub streams: StreamTable,
+    /// The first missing WAL slot (where the next owner's fence would go).
+    pub end_slot: u64,
+    pub objects_applied: u64,
+    pub stale_objects_skipped: u64,
+}
+
+/// Reads a shard's manifest and walks its WAL without changing anything.
+pub async fn inspect_log(
+    env: EngineEnv,
+    shard: ShardName,
+    config: ShardConfig,
+) -> Result<LogView, EngineError> {
+    let layout = ShardLayout::new(shard);
+    let manifest_cas =
+        CasObject::<ManifestCodec>::new(env.store.clone(), layout.manifest(), config.store_retry);
+    let manifest = manifest_cas
+        .load()
+        .await
+        .map_err(|e| EngineError::Store {
+            reason: e.to_string(),
+        })?
+        .map(|v| v.value);
+    let ctx = ShardCtx {
+        env,
+        layout,
+        instance: InstanceId([0; 16]),
+        config,
+        manifest: manifest_cas,
+    };
+    let replay = manifest.as_ref().map(|m| m.replay).unwrap_or(ReplayPoint {
+        slot: 0,
+        epoch_floor: 0,
+        chain_end: strata_manifest::NO_SLOT,
+    });
+    let (walker, end, _) = walk(&ctx, replay).await?;
+    Ok(LogView {
+        manifest,
+        streams: walker.table,
+        end_slot: end,
+        objects_applied: walker.applied,
+        stale_objects_skipped: walker.skipped,
     })
 }
 

@@ -38,7 +38,7 @@ pub trait StoreLayer: Send + Sync + fmt::Debug + 'static {
 
     async fn put_opts(
         &self,
-        inner: &dyn ObjectStore,
+        inner: &Arc<dyn ObjectStore>,
         location: &Path,
         payload: PutPayload,
         opts: PutOptions,
@@ -48,7 +48,7 @@ pub trait StoreLayer: Send + Sync + fmt::Debug + 'static {
 
     async fn get_opts(
         &self,
-        inner: &dyn ObjectStore,
+        inner: &Arc<dyn ObjectStore>,
         location: &Path,
         options: GetOptions,
     ) -> Result<GetResult> {
@@ -101,7 +101,7 @@ impl<L: StoreLayer> ObjectStore for Layered<L> {
     ) -> Result<PutResult> {
         self.layer.before(StoreOp::Put, Some(location)).await?;
         self.layer
-            .put_opts(self.inner.as_ref(), location, payload, opts)
+            .put_opts(&self.inner, location, payload, opts)
             .await
     }
 
@@ -121,9 +121,7 @@ impl<L: StoreLayer> ObjectStore for Layered<L> {
             StoreOp::Get
         };
         self.layer.before(op, Some(location)).await?;
-        self.layer
-            .get_opts(self.inner.as_ref(), location, options)
-            .await
+        self.layer.get_opts(&self.inner, location, options).await
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {

@@ -50,7 +50,7 @@ fn generic(source: impl std::error::Error + Send + Sync + 'static) -> object_sto
 impl StoreLayer for LocalCas {
     async fn put_opts(
         &self,
-        inner: &dyn ObjectStore,
+        inner: &Arc<dyn ObjectStore>,
         location: &Path,
         payload: PutPayload,
         opts: PutOptions,
