@@ -134,6 +134,18 @@ fn check_encodable(m: &Manifest) -> Result<(), ManifestError> {
             reason: "length must be 1..=64 bytes",
         });
     }
+    if m.version == 0 || m.writer.epoch == 0 {
+        return Err(ManifestError::Invalid {
+            field: "version",
+            reason: "manifest version and writer epoch start at 1",
+        });
+    }
+    if m.replay.chain_end != NO_SLOT && m.replay.chain_end >= m.replay.slot {
+        return Err(ManifestError::Invalid {
+            field: "replay chain end",
+            reason: "must precede the replay slot",
+        });
+    }
     let len = FIXED_BYTES + m.shard.len() + 16 * (m.index_runs.len() + m.segments.len());
     if len > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge { len });

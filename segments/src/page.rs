@@ -177,8 +177,10 @@ pub fn prepare_body(records: &[Bytes], timestamp_ms: u64) -> Result<PreparedBody
 }
 
 /// Serialises (and maybe compresses) one page's records with their own
-/// timestamps; the page's timestamp is the earliest.
-pub fn prepare_body_with_timestamps(
+/// timestamps; the page's timestamp is the earliest. (Writers stamp a request's
+/// records alike; [`plan_pages`] budgets one byte per timestamp delta, so this
+/// general form stays private to the crate and its tests.)
+pub(crate) fn prepare_body_with_timestamps(
     records: &[Bytes],
     timestamps_ms: &[u64],
 ) -> Result<PreparedBody, PageError> {
@@ -589,6 +591,16 @@ mod tests {
             open_page(&cipher(1), &page).unwrap_err(),
             PageError::Decompress
         );
+    }
+
+    #[test]
+    fn per_record_timestamps_round_trip() {
+        let records = [Bytes::from_static(b"a"), Bytes::from_static(b"b")];
+        let body = prepare_body_with_timestamps(&records, &[1_000, 1_250]).unwrap();
+        let page = seal_page(&cipher(1), &body, 7, 0, b"rk", [2; 12]).unwrap();
+        let opened = open_page(&cipher(1), &page).unwrap();
+        let stamps: Vec<u64> = opened.records.iter().map(|r| r.timestamp_ms).collect();
+        assert_eq!(stamps, [1_000, 1_250]);
     }
 
     #[test]

@@ -20,7 +20,8 @@ pub fn len(mut value: u64) -> usize {
 }
 
 /// Reads one varint from the front of `input`, advancing it. `None` when the
-/// input ends early or the value does not fit in a u64.
+/// input ends early, the value does not fit in a u64, or the encoding is not
+/// the shortest one (so every value has exactly one encoding).
 pub fn get(input: &mut &[u8]) -> Option<u64> {
     let mut value: u64 = 0;
     for i in 0..10 {
@@ -32,6 +33,9 @@ pub fn get(input: &mut &[u8]) -> Option<u64> {
         }
         value |= bits << (7 * i);
         if byte & 0x80 == 0 {
+            if byte == 0 && i > 0 {
+                return None;
+            }
             return Some(value);
         }
     }
@@ -62,8 +66,12 @@ mod tests {
     }
 
     #[test]
-    fn overlong_is_rejected() {
+    fn overlong_and_non_minimal_are_rejected() {
         let mut slice: &[u8] = &[0xff; 11];
         assert_eq!(get(&mut slice), None);
+        let mut padded: &[u8] = &[0x81, 0x00];
+        assert_eq!(get(&mut padded), None);
+        let mut zero: &[u8] = &[0x00];
+        assert_eq!(get(&mut zero), Some(0));
     }
 }

@@ -262,6 +262,12 @@ fn check_encodable(object: &WalObject) -> Result<(), WalError> {
             reason: "too many entries",
         });
     }
+    if h.prev_slot != NO_SLOT && h.prev_slot >= h.slot {
+        return Err(WalError::Invalid {
+            field: "previous slot",
+            reason: "must precede the object's own slot",
+        });
+    }
     if h.kind == ObjectKind::Fence && !object.entries.is_empty() {
         return Err(WalError::Invalid {
             field: "kind",
@@ -286,6 +292,12 @@ fn check_encodable(object: &WalObject) -> Result<(), WalError> {
                 return Err(WalError::Invalid {
                     field: "page",
                     reason: "longer than u32::MAX",
+                })
+            }
+            WalEntry::Append(a) if a.first_offset.checked_add(a.record_count).is_none() => {
+                return Err(WalError::Invalid {
+                    field: "record count",
+                    reason: "offset range overflows u64",
                 })
             }
             _ => {}

@@ -187,6 +187,13 @@ impl Actor {
                 }
             }
             self.settle_failure().await;
+            if self.flush_is_ready() {
+                // Herd settle: requests answered by the last acknowledgement are
+                // re-submitted by tasks that are runnable now; let them enqueue so
+                // they share this PUT instead of each taking a slot of its own.
+                tokio::task::yield_now().await;
+                self.drain_commands();
+            }
             self.flush_ready();
         }
         if !self.fenced {
@@ -468,13 +475,16 @@ impl Actor {
         (due > Instant::now()).then_some(due)
     }
 
-    fn flush_ready(&mut self) {
-        while self.failed_issue.is_none()
+    fn flush_is_ready(&self) -> bool {
+        self.failed_issue.is_none()
             && !self.fenced
             && !self.batches.is_empty()
             && self.inflight.len() < self.ctx.config.pipeline_depth.max(1)
             && self.gap_deadline().is_none()
-        {
+    }
+
+    fn flush_ready(&mut self) {
+        while self.flush_is_ready() {
             let batch = self.batches.pop_front().expect("non-empty");
             self.issue(batch);
         }

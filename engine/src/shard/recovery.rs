@@ -7,6 +7,8 @@
 //!    contiguous run that starts there (parallel GETs, applied in slot order)
 //!    and apply every object the [`LogWalk`] admits. The first missing slot ends
 //!    the log: nothing after a hole is ever served.
+//!    If the walk admits an object of a newer epoch than ours, a newer owner
+//!    claimed the shard after us: we are fenced and stop.
 //! 3. **Fence**: write a fence object (create-only) at that first missing slot.
 //!    If another object got there first it is read and walked like the others,
 //!    and the fence moves one slot on. Once the fence is down, the previous
@@ -63,6 +65,9 @@ pub(crate) struct Opened {
 
 struct Walker<'a> {
     ctx: &'a ShardCtx,
+    /// The epoch of the owner walking (None: a read-only walk). An owner whose
+    /// walk admits an object of a newer epoch has been superseded.
+    owner_epoch: Option<u64>,
     walk: LogWalk,
     table: StreamTable,
     applied: u64,
@@ -83,6 +88,13 @@ impl Walker<'_> {
             ));
         }
         match self.walk.admit(&object.header) {
+            Admission::Apply
+                if self
+                    .owner_epoch
+                    .is_some_and(|e| object.header.writer.epoch > e) =>
+            {
+                return Err(EngineError::Fenced);
+            }
             Admission::Apply => {
                 for entry in &object.entries {
                     self.table
@@ -135,7 +147,7 @@ pub(crate) async fn walk_and_fence(
     let store = &ctx.env.store;
     let epoch = manifest.value.writer.epoch;
     let replay = manifest.value.replay;
-    let (mut walker, end, listed) = walk(ctx, replay).await?;
+    let (mut walker, end, listed) = walk(ctx, replay, Some(epoch)).await?;
     let retry = ctx.config.store_retry;
 
     // Fence at the first free slot, walking whatever got there first.
@@ -210,6 +222,7 @@ pub(crate) async fn walk_and_fence(
 async fn walk(
     ctx: &ShardCtx,
     replay: ReplayPoint,
+    owner_epoch: Option<u64>,
 ) -> Result<(Walker<'_>, u64, BTreeSet<u64>), EngineError> {
     let store = &ctx.env.store;
     let listed = list_slots(ctx, replay.slot).await?;
@@ -219,6 +232,7 @@ async fn walk(
     }
     let mut walker = Walker {
         ctx,
+        owner_epoch,
         walk: LogWalk::new(replay.epoch_floor, replay.chain_end),
         table: StreamTable::default(),
         applied: 0,
@@ -284,7 +298,7 @@ pub async fn inspect_log(
         epoch_floor: 0,
         chain_end: strata_manifest::NO_SLOT,
     });
-    let (walker, end, _) = walk(&ctx, replay).await?;
+    let (walker, end, _) = walk(&ctx, replay, None).await?;
     Ok(LogView {
         manifest,
         streams: walker.table,

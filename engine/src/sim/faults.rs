@@ -25,6 +25,10 @@ pub struct FaultConfig {
     pub put_ambiguous: f64,
     pub get_fail: f64,
     pub list_fail: f64,
+    /// A call stalls for up to `stall_ms_max` before it proceeds (a slow
+    /// request, a GC pause): lets other owners overtake it.
+    pub stall: f64,
+    pub stall_ms_max: u64,
     /// Every call fails.
     pub outage: bool,
 }
@@ -37,6 +41,8 @@ impl FaultConfig {
             put_ambiguous: 0.0,
             get_fail: 0.0,
             list_fail: 0.0,
+            stall: 0.0,
+            stall_ms_max: 0,
             outage: false,
         }
     }
@@ -79,10 +85,16 @@ impl Faults {
     }
 
     fn latency(&self, config: &FaultConfig) -> Duration {
-        if config.latency_ms_max == 0 {
-            return Duration::ZERO;
+        let mut rng = self.rng.lock();
+        let mut ms = if config.latency_ms_max == 0 {
+            0
+        } else {
+            rng.random_range(0..=config.latency_ms_max)
+        };
+        if config.stall > 0.0 && config.stall_ms_max > 0 && rng.random_bool(config.stall.min(1.0)) {
+            ms += rng.random_range(1..=config.stall_ms_max);
         }
-        Duration::from_millis(self.rng.lock().random_range(0..=config.latency_ms_max))
+        Duration::from_millis(ms)
     }
 
     fn roll(&self, p: f64) -> bool {

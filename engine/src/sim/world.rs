@@ -66,6 +66,8 @@ impl Default for SimConfig {
                 put_ambiguous: 0.05,
                 get_fail: 0.03,
                 list_fail: 0.03,
+                stall: 0.02,
+                stall_ms_max: 400,
                 outage: false,
             },
             shard: ShardConfig {
@@ -100,11 +102,13 @@ pub struct SimReport {
 
 /// A violated invariant, with the one line that reproduces it.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("simulation seed {seed} failed at step {step}: {message}\n  reproduce: SIM_SEED={seed} cargo test -p strata-engine --test sim -- --nocapture")]
+#[error("simulation seed {seed} failed at step {step}: {message}\n  reproduce: SIM_SEED={seed} cargo test -p strata-engine --test sim -- --nocapture\n  last events:\n    {}", recent.join("\n    "))]
 pub struct SimFailure {
     pub seed: u64,
     pub step: usize,
     pub message: String,
+    /// The events just before the failure, oldest first.
+    pub recent: Vec<String>,
 }
 
 #[derive(Default)]
@@ -119,13 +123,23 @@ struct Model {
     acked_records: u64,
 }
 
+/// Events to keep for a failure report.
+const RECENT_EVENTS_MAX: usize = 60;
+
 #[derive(Default)]
-struct Trace(Sha256);
+struct Trace {
+    digest: Sha256,
+    recent: std::collections::VecDeque<String>,
+}
 
 impl Trace {
     fn event(&mut self, text: &str) {
-        self.0.update(text.as_bytes());
-        self.0.update([0]);
+        self.digest.update(text.as_bytes());
+        self.digest.update([0]);
+        if self.recent.len() == RECENT_EVENTS_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(text.to_string());
     }
 }
 
@@ -228,7 +242,7 @@ pub async fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimFai
     };
     world.run().await?;
     let model = world.model.lock();
-    let digest = world.trace.lock().0.clone().finalize();
+    let digest = world.trace.lock().digest.clone().finalize();
     Ok(SimReport {
         seed,
         acked_appends: model.acked_appends,
@@ -248,6 +262,7 @@ impl World {
             seed: self.seed,
             step: self.step,
             message: message.into(),
+            recent: self.trace.lock().recent.iter().cloned().collect(),
         }
     }
 
@@ -269,7 +284,8 @@ impl World {
                 45..=69 => self.pass_time().await,
                 70..=79 => self.check().await?,
                 80..=84 => self.crash_and_reopen().await?,
-                85..=88 => self.takeover().await?,
+                85..=86 => self.takeover().await?,
+                87..=88 => self.racing_takeover().await?,
                 89..=92 => self.change_weather(),
                 _ => self.drop_an_old_owner(),
             }
@@ -477,6 +493,58 @@ impl World {
         self.takeovers += 1;
         self.event("takeover".into());
         self.open_owner().await
+    }
+
+    /// Two new owners open at once: their claims, walks and fences interleave.
+    /// Either may lose (it is fenced by the other); the newest survivor serves.
+    async fn racing_takeover(&mut self) -> Result<(), SimFailure> {
+        self.takeovers += 1;
+        if self.faults.config().outage {
+            self.faults.set(self.config.faults);
+        }
+        let mut contenders = Vec::new();
+        for _ in 0..2 {
+            let instance = self.next_instance;
+            self.next_instance += 1;
+            let mut id = [0u8; 16];
+            id[..2].copy_from_slice(&instance.to_le_bytes());
+            contenders.push((instance, id));
+        }
+        let open = |id: [u8; 16]| {
+            Shard::open(
+                self.env.clone(),
+                self.shard_name.clone(),
+                InstanceId(id),
+                self.config.shard.clone(),
+            )
+        };
+        let (a, b) = tokio::join!(open(contenders[0].1), open(contenders[1].1));
+        let mut opened: Vec<(u64, Owner)> = Vec::new();
+        for ((instance, _), result) in contenders.into_iter().zip([a, b]) {
+            match result {
+                Ok(shard) => {
+                    let epoch = shard.last_recovery().epoch;
+                    self.event(format!("race open {instance} epoch {epoch}"));
+                    opened.push((epoch, Owner { shard, instance }));
+                }
+                Err(e @ EngineError::Corrupt { .. }) => {
+                    return Err(self.fail(format!("racing open found damage: {e}")))
+                }
+                Err(e) => self.event(format!("race open {instance} failed: {e}")),
+            }
+        }
+        opened.sort_by_key(|(epoch, _)| *epoch);
+        let survivors = opened.len();
+        for (_, owner) in opened {
+            *self.newest.lock() = Some(owner.shard.clone());
+            self.owners.push(owner);
+        }
+        // Both lost (to each other or to store faults) after fencing the old
+        // owner: a fleet would try again, so open one the plain way.
+        if survivors == 0 {
+            self.open_owner().await?;
+        }
+        Ok(())
     }
 
     fn drop_an_old_owner(&mut self) {

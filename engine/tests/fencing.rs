@@ -1,0 +1,103 @@
+//! Fencing under interleavings that need precise timing, forced with a gate
+//! that holds a store call until the test releases it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+use strata_engine::store::{Layered, StoreLayer, StoreOp};
+use strata_engine::{
+    AppendRequest, EngineEnv, EngineError, InstanceId, ReadLimits, Shard, ShardConfig, ShardName,
+    StreamRef,
+};
+use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
+use tokio::sync::Notify;
+
+/// Holds the first LIST after it is armed until released.
+#[derive(Debug, Default)]
+struct ListGate {
+    armed: AtomicBool,
+    reached: Notify,
+    release: Notify,
+}
+
+#[async_trait]
+impl StoreLayer for ListGate {
+    async fn before(&self, op: StoreOp, _location: Option<&Path>) -> object_store::Result<()> {
+        if op == StoreOp::List && self.armed.swap(false, Ordering::SeqCst) {
+            self.reached.notify_one();
+            self.release.notified().await;
+        }
+        Ok(())
+    }
+}
+
+fn cipher() -> Arc<StreamCipher> {
+    Arc::new(StreamCipher::new(
+        StreamEpoch([1; 16]),
+        StreamKey::from_bytes([1; 32]),
+    ))
+}
+
+const STREAM: StreamRef = StreamRef {
+    id: [9; 16],
+    incarnation: 1,
+};
+
+async fn open(store: Arc<dyn ObjectStore>, instance: u8) -> Result<Shard, EngineError> {
+    Shard::open(
+        EngineEnv::production(store),
+        ShardName::new("gate").unwrap(),
+        InstanceId([instance; 16]),
+        ShardConfig::default(),
+    )
+    .await
+}
+
+/// Owner A claims, then stalls before listing the WAL; owner B claims after it,
+/// walks and fences. When A resumes, its walk meets B's newer fence: A must
+/// stop as fenced, not fence after B and acknowledge writes B's successors
+/// would skip as stale.
+#[tokio::test]
+async fn an_owner_that_walks_into_a_newer_fence_is_fenced() {
+    let gated = Layered::new(Arc::new(InMemory::new()), ListGate::default());
+    let gate = gated.layer().clone();
+    let store: Arc<dyn ObjectStore> = Arc::new(gated);
+
+    let first = open(store.clone(), 1).await.unwrap();
+    first.create_stream(STREAM).await.unwrap();
+    first
+        .append(AppendRequest::new(
+            STREAM,
+            cipher(),
+            vec![Bytes::from_static(b"one")],
+        ))
+        .await
+        .unwrap();
+    first.crash();
+
+    gate.armed.store(true, Ordering::SeqCst);
+    let slow = tokio::spawn(open(store.clone(), 2));
+    gate.reached.notified().await; // A has claimed and is stalled at its LIST
+    let fast = open(store.clone(), 3).await.unwrap();
+    gate.release.notify_one();
+    let slow = slow.await.unwrap();
+    assert_eq!(slow.err(), Some(EngineError::Fenced));
+
+    fast.append(AppendRequest::new(
+        STREAM,
+        cipher(),
+        vec![Bytes::from_static(b"two")],
+    ))
+    .await
+    .unwrap();
+    let read = fast
+        .read(&STREAM, 0, ReadLimits::default(), &cipher(), None)
+        .unwrap();
+    let payloads: Vec<&[u8]> = read.records.iter().map(|r| r.payload.as_ref()).collect();
+    assert_eq!(payloads, [b"one".as_ref(), b"two".as_ref()]);
+}
