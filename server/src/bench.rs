@@ -206,8 +206,9 @@ async fn engine_bench(args: &EngineBench) -> Result<EngineReport, BenchError> {
             StreamRef { id, incarnation: 1 }
         })
         .collect();
-    for s in &streams {
-        shard.create_stream(*s).await?;
+    let creates = streams.iter().map(|s| shard.create_stream(*s));
+    for created in futures::future::join_all(creates).await {
+        created?;
     }
     let cipher = Arc::new(StreamCipher::new(
         StreamEpoch([1; 16]),

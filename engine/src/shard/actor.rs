@@ -42,6 +42,8 @@ use crate::ids::StreamRef;
 
 /// Commands taken from the queue per wake-up before completions are looked at.
 const DRAIN_COMMANDS_MAX: usize = 1024;
+/// Most scheduler yields spent gathering a burst of requests before a flush.
+const SETTLE_ROUNDS_MAX: usize = 8;
 
 /// An answer computed when a command was committed, sent once it is durable.
 enum Reply {
@@ -188,11 +190,7 @@ impl Actor {
             }
             self.settle_failure().await;
             if self.flush_is_ready() {
-                // Herd settle: requests answered by the last acknowledgement are
-                // re-submitted by tasks that are runnable now; let them enqueue so
-                // they share this PUT instead of each taking a slot of its own.
-                tokio::task::yield_now().await;
-                self.drain_commands();
+                self.settle_herd().await;
             }
             self.flush_ready();
         }
@@ -208,14 +206,30 @@ impl Actor {
         self.failed_issue.is_none() && self.pending_bytes < self.ctx.config.max_pending_bytes
     }
 
-    fn drain_commands(&mut self) {
-        for _ in 0..DRAIN_COMMANDS_MAX {
+    /// Takes what is queued, up to [`DRAIN_COMMANDS_MAX`]; returns how many.
+    fn drain_commands(&mut self) -> usize {
+        for taken in 0..DRAIN_COMMANDS_MAX {
             if !(self.receiving && self.can_accept()) {
-                return;
+                return taken;
             }
             match self.rx.try_recv() {
                 Ok(command) => self.on_command(command),
-                Err(_) => return,
+                Err(_) => return taken,
+            }
+        }
+        DRAIN_COMMANDS_MAX
+    }
+
+    /// Herd settle before a flush: requests answered by the last
+    /// acknowledgement are re-submitted by tasks that are runnable right now.
+    /// Yield to them while each round still brings new requests, so they share
+    /// this PUT instead of each taking a pipeline slot of its own. Costs
+    /// microseconds, never a timer.
+    async fn settle_herd(&mut self) {
+        for _ in 0..SETTLE_ROUNDS_MAX {
+            tokio::task::yield_now().await;
+            if self.drain_commands() == 0 {
+                return;
             }
         }
     }
