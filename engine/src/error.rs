@@ -11,6 +11,8 @@ use crate::shard::ApplyError;
 pub enum EngineError {
     #[error("stream not found")]
     StreamNotFound,
+    #[error("the key does not match the stream's key")]
+    WrongKey,
     #[error("stream is closed at offset {next_offset}")]
     StreamClosed { next_offset: u64 },
     #[error("a newer incarnation of the stream exists")]

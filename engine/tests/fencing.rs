@@ -69,7 +69,7 @@ async fn an_owner_that_walks_into_a_newer_fence_is_fenced() {
     let store: Arc<dyn ObjectStore> = Arc::new(gated);
 
     let first = open(store.clone(), 1).await.unwrap();
-    first.create_stream(STREAM).await.unwrap();
+    first.create_stream(STREAM, &cipher()).await.unwrap();
     first
         .append(AppendRequest::new(
             STREAM,

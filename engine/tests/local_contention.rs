@@ -56,7 +56,7 @@ async fn child_appender(dir: &str, name: &str) {
             break s;
         }
     };
-    let _ = shard.create_stream(STREAM).await;
+    let _ = shard.create_stream(STREAM, &cipher()).await;
     // Rendezvous: both children hold an open shard before either appends, so
     // the one that opened first is fenced by the other, and so on.
     let root = std::path::Path::new(dir);

@@ -254,7 +254,9 @@ async fn run(ops: Vec<Op>) {
                     Some(s) => (s.incarnation, Ok(CreateAck::AlreadyExists)),
                     None => (model.incarnations[stream] + 1, Ok(CreateAck::Created)),
                 };
-                let got = shard.create_stream(stream_ref(stream, incarnation)).await;
+                let got = shard
+                    .create_stream(stream_ref(stream, incarnation), &cipher())
+                    .await;
                 assert_eq!(got, expect, "step {step}: create");
                 if got == Ok(CreateAck::Created) {
                     model.incarnations[stream] = incarnation;

@@ -52,7 +52,10 @@ async fn create_only_puts_refuse_an_existing_object() {
     let again = store
         .put_opts(&path, PutPayload::from_static(b"b"), create)
         .await;
-    assert!(matches!(again, Err(object_store::Error::AlreadyExists { .. })));
+    assert!(matches!(
+        again,
+        Err(object_store::Error::AlreadyExists { .. })
+    ));
 }
 
 #[tokio::test]
@@ -87,7 +90,10 @@ async fn concurrent_compare_and_swap_has_one_winner_per_round() {
 #[tokio::test]
 async fn a_shard_on_s3_recovers_and_fences() {
     let store = s3("shard");
-    let cipher = Arc::new(StreamCipher::new(StreamEpoch([4; 16]), StreamKey::from_bytes([5; 32])));
+    let cipher = Arc::new(StreamCipher::new(
+        StreamEpoch([4; 16]),
+        StreamKey::from_bytes([5; 32]),
+    ));
     let stream = StreamRef {
         id: [1; 16],
         incarnation: 1,
@@ -101,16 +107,24 @@ async fn a_shard_on_s3_recovers_and_fences() {
         )
     };
     let first = open(1).await.unwrap();
-    first.create_stream(stream).await.unwrap();
+    first.create_stream(stream, &cipher).await.unwrap();
     for i in 0..20 {
         first
-            .append(AppendRequest::new(stream, cipher.clone(), vec![Bytes::from(format!("r{i}"))]))
+            .append(AppendRequest::new(
+                stream,
+                cipher.clone(),
+                vec![Bytes::from(format!("r{i}"))],
+            ))
             .await
             .unwrap();
     }
     let second = open(2).await.unwrap();
     let late = first
-        .append(AppendRequest::new(stream, cipher.clone(), vec![Bytes::from_static(b"late")]))
+        .append(AppendRequest::new(
+            stream,
+            cipher.clone(),
+            vec![Bytes::from_static(b"late")],
+        ))
         .await;
     assert_eq!(late.unwrap_err(), EngineError::Fenced);
     let batch = second
@@ -121,5 +135,8 @@ async fn a_shard_on_s3_recovers_and_fences() {
         .iter()
         .map(|r| String::from_utf8(r.payload.to_vec()).unwrap())
         .collect();
-    assert_eq!(payloads, (0..20).map(|i| format!("r{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        payloads,
+        (0..20).map(|i| format!("r{i}")).collect::<Vec<_>>()
+    );
 }

@@ -55,9 +55,12 @@ async fn append_read_reopen() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let shard = open(&store, 1).await.unwrap();
     let s = stream(1);
-    assert_eq!(shard.create_stream(s).await.unwrap(), CreateAck::Created);
     assert_eq!(
-        shard.create_stream(s).await.unwrap(),
+        shard.create_stream(s, &cipher()).await.unwrap(),
+        CreateAck::Created
+    );
+    assert_eq!(
+        shard.create_stream(s, &cipher()).await.unwrap(),
         CreateAck::AlreadyExists
     );
     let ack = shard
@@ -93,7 +96,7 @@ async fn unknown_stream_empty_append_and_close() {
         .append(AppendRequest::new(s, cipher(), records(&["x"])))
         .await;
     assert_eq!(missing.unwrap_err(), EngineError::StreamNotFound);
-    shard.create_stream(s).await.unwrap();
+    shard.create_stream(s, &cipher()).await.unwrap();
     let empty = shard.append(AppendRequest::new(s, cipher(), vec![])).await;
     assert_eq!(empty.unwrap_err(), EngineError::EmptyAppend);
     let mut last = AppendRequest::new(s, cipher(), records(&["final"]));
@@ -120,7 +123,7 @@ async fn producers_deduplicate_and_fence() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let shard = open(&store, 1).await.unwrap();
     let s = stream(3);
-    shard.create_stream(s).await.unwrap();
+    shard.create_stream(s, &cipher()).await.unwrap();
     let with = |epoch, seq, text: &str| {
         let mut r = AppendRequest::new(s, cipher(), records(&[text]));
         r.producer = Some(ProducerClaim {
@@ -166,7 +169,7 @@ async fn stream_seq_must_increase() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let shard = open(&store, 1).await.unwrap();
     let s = stream(4);
-    shard.create_stream(s).await.unwrap();
+    shard.create_stream(s, &cipher()).await.unwrap();
     let with = |seq: &'static str| {
         let mut r = AppendRequest::new(s, cipher(), records(&["r"]));
         r.stream_seq = Some(Bytes::from_static(seq.as_bytes()));
@@ -189,7 +192,7 @@ async fn delete_and_recreate_with_a_new_incarnation() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let shard = open(&store, 1).await.unwrap();
     let s = stream(5);
-    shard.create_stream(s).await.unwrap();
+    shard.create_stream(s, &cipher()).await.unwrap();
     shard
         .append(AppendRequest::new(s, cipher(), records(&["old"])))
         .await
@@ -197,14 +200,14 @@ async fn delete_and_recreate_with_a_new_incarnation() {
     shard.delete_stream(s).await.unwrap();
     assert!(shard.stream_info(&s).is_none());
     assert_eq!(
-        shard.create_stream(s).await.unwrap_err(),
+        shard.create_stream(s, &cipher()).await.unwrap_err(),
         EngineError::StaleIncarnation
     );
     let s2 = StreamRef {
         incarnation: 2,
         ..s
     };
-    shard.create_stream(s2).await.unwrap();
+    shard.create_stream(s2, &cipher()).await.unwrap();
     assert_eq!(
         shard
             .append(AppendRequest::new(s2, cipher(), records(&["new"])))
@@ -229,7 +232,7 @@ async fn waiters_wake_on_durable_data() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let shard = open(&store, 1).await.unwrap();
     let s = stream(6);
-    shard.create_stream(s).await.unwrap();
+    shard.create_stream(s, &cipher()).await.unwrap();
     let timed_out = shard
         .wait_for(&s, 0, Duration::from_millis(10))
         .await
@@ -257,7 +260,7 @@ async fn a_new_owner_fences_the_old_one() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let old = open(&store, 1).await.unwrap();
     let s = stream(7);
-    old.create_stream(s).await.unwrap();
+    old.create_stream(s, &cipher()).await.unwrap();
     old.append(AppendRequest::new(s, cipher(), records(&["before"])))
         .await
         .unwrap();
@@ -278,7 +281,7 @@ async fn large_batches_span_pages_and_round_trip() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let shard = open(&store, 1).await.unwrap();
     let s = stream(8);
-    shard.create_stream(s).await.unwrap();
+    shard.create_stream(s, &cipher()).await.unwrap();
     let many: Vec<Bytes> = (0..10_000)
         .map(|i| Bytes::from(format!("record-{i}")))
         .collect();
@@ -309,4 +312,47 @@ async fn large_batches_span_pages_and_round_trip() {
         }
     }
     assert_eq!(got, many);
+}
+
+#[tokio::test]
+async fn a_wrong_key_is_refused_before_any_page_is_touched() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let shard = open(&store, 1).await.unwrap();
+    let s = stream(9);
+    shard.create_stream(s, &cipher()).await.unwrap();
+    shard
+        .append(AppendRequest::new(s, cipher(), records(&["secret"])))
+        .await
+        .unwrap();
+    let other = Arc::new(StreamCipher::new(
+        StreamEpoch([7; 16]),
+        StreamKey::from_bytes([2; 32]),
+    ));
+    assert_eq!(
+        shard
+            .append(AppendRequest::new(s, other.clone(), records(&["x"])))
+            .await
+            .unwrap_err(),
+        EngineError::WrongKey
+    );
+    assert_eq!(
+        shard
+            .read(&s, 0, ReadLimits::default(), &other, None)
+            .unwrap_err(),
+        EngineError::WrongKey
+    );
+    assert_eq!(
+        shard.create_stream(s, &other).await.unwrap_err(),
+        EngineError::WrongKey
+    );
+    shard.shutdown().await;
+    // The fingerprint survives recovery; the key itself is stored nowhere.
+    let reopened = open(&store, 2).await.unwrap();
+    assert_eq!(
+        reopened
+            .read(&s, 0, ReadLimits::default(), &other, None)
+            .unwrap_err(),
+        EngineError::WrongKey
+    );
+    assert_eq!(payloads(&reopened, &s, 0), ["secret"]);
 }

@@ -176,6 +176,8 @@ type CipherCacheKey = (Box<[u8]>, u32);
 pub struct StreamCipher {
     epoch: StreamEpoch,
     key: StreamKey,
+    /// The key's fingerprint, derived once.
+    fingerprint: [u8; KEY_FINGERPRINT_BYTES],
     ciphers: Mutex<HashMap<CipherCacheKey, Arc<PageCipher>>>,
 }
 
@@ -190,6 +192,7 @@ impl fmt::Debug for StreamCipher {
 impl StreamCipher {
     pub fn new(epoch: StreamEpoch, key: StreamKey) -> Self {
         StreamCipher {
+            fingerprint: fingerprint(&epoch, &key),
             epoch,
             key,
             ciphers: Mutex::new(HashMap::new()),
@@ -201,11 +204,17 @@ impl StreamCipher {
     }
 
     pub fn fingerprint(&self) -> [u8; KEY_FINGERPRINT_BYTES] {
-        fingerprint(&self.epoch, &self.key)
+        self.fingerprint
     }
 
+    /// Constant-time comparison of this key's fingerprint with a stored one.
     pub fn matches_fingerprint(&self, stored: &[u8; KEY_FINGERPRINT_BYTES]) -> bool {
-        fingerprint_matches(&self.epoch, &self.key, stored)
+        self.fingerprint.ct_eq(stored).into()
+    }
+
+    /// Constant-time comparison of the key bytes (for caches of ciphers).
+    pub fn has_key(&self, key: &StreamKey) -> bool {
+        self.key.expose().ct_eq(key.expose()).into()
     }
 
     /// The page cipher of a routing key and key version (derived once).

@@ -206,7 +206,11 @@ async fn engine_bench(args: &EngineBench) -> Result<EngineReport, BenchError> {
             StreamRef { id, incarnation: 1 }
         })
         .collect();
-    let creates = streams.iter().map(|s| shard.create_stream(*s));
+    let cipher = Arc::new(StreamCipher::new(
+        StreamEpoch([1; 16]),
+        StreamKey::from_bytes([2; 32]),
+    ));
+    let creates = streams.iter().map(|s| shard.create_stream(*s, &cipher));
     for created in futures::future::join_all(creates).await {
         created?;
     }

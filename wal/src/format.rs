@@ -142,6 +142,10 @@ pub struct StreamRef {
 pub struct CreateEntry {
     pub stream: StreamRef,
     pub created_ms: u64,
+    /// The incarnation's random stream epoch (HKDF salt of its keys).
+    pub epoch: [u8; 16],
+    /// Fingerprint of the stream key (never the key itself).
+    pub key_fingerprint: [u8; 16],
 }
 
 /// Records `first_offset .. first_offset + record_count` of a stream, as pages.
@@ -337,7 +341,7 @@ pub fn encode(object: &WalObject) -> Result<EncodedObject, WalError> {
 
 fn body_len(entry: &WalEntry) -> usize {
     match entry {
-        WalEntry::Create(_) => 24 + 8,
+        WalEntry::Create(_) => 24 + 8 + 16 + 16,
         WalEntry::Append(a) => {
             24 + 8 + 8 + 8 + 8 + 4 + a.pages.iter().map(|p| 4 + p.len()).sum::<usize>()
         }
@@ -369,6 +373,8 @@ fn encode_entry(enc: &mut ChunkWriter, entry: &WalEntry) {
         WalEntry::Create(c) => {
             put_stream(&mut enc.buf, &c.stream);
             enc.buf.put_u64_le(c.created_ms);
+            enc.buf.put_slice(&c.epoch);
+            enc.buf.put_slice(&c.key_fingerprint);
         }
         WalEntry::Append(a) => {
             let b = &mut enc.buf;
@@ -587,6 +593,8 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
         TAG_CREATE => WalEntry::Create(CreateEntry {
             stream: get_stream(b)?,
             created_ms: get_u64(b, "created_ms")?,
+            epoch: get_array::<16>(b, "stream epoch")?,
+            key_fingerprint: get_array::<16>(b, "key fingerprint")?,
         }),
         TAG_APPEND => {
             let stream = get_stream(b)?;
@@ -744,6 +752,8 @@ mod tests {
                 WalEntry::Create(CreateEntry {
                     stream: stream(1),
                     created_ms: 5,
+                    epoch: [6; 16],
+                    key_fingerprint: [8; 16],
                 }),
                 WalEntry::Append(AppendEntry {
                     stream: stream(1),
@@ -885,9 +895,14 @@ mod tests {
 
     fn arb_entry() -> impl Strategy<Value = WalEntry> {
         prop_oneof![
-            (arb_stream(), any::<u64>()).prop_map(|(stream, created_ms)| WalEntry::Create(
-                CreateEntry { stream, created_ms }
-            )),
+            (arb_stream(), any::<u64>(), any::<[u8; 16]>()).prop_map(
+                |(stream, created_ms, epoch)| WalEntry::Create(CreateEntry {
+                    stream,
+                    created_ms,
+                    epoch,
+                    key_fingerprint: epoch,
+                })
+            ),
             (
                 arb_stream(),
                 0u64..1 << 40,

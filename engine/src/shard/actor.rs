@@ -16,9 +16,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use object_store::PutPayload;
 use strata_manifest::{Manifest, Versioned};
-use strata_segments::seal_page;
+use strata_segments::{seal_page, PageCipher, PageError, PreparedBody};
 use strata_wal::{
     AppendEntry, CloseEntry, CreateEntry, DeleteEntry, ObjectKind, ProducerEntry, StreamSeqEntry,
     WalEntry, WalHeader, WalObject, WriterId,
@@ -30,8 +31,8 @@ use tokio::time::Instant;
 use super::io::{put_wal_object, WalPutOutcome};
 use super::recovery::{self, Opened};
 use super::state::{
-    apply_entry, apply_to_tail, create_verdict, judge_producer, CreateVerdict, ProducerVerdict,
-    StreamStatus, Tail,
+    apply_append_to_tail, apply_entry, apply_to_tail, create_verdict, judge_producer,
+    CreateVerdict, ProducerVerdict, StreamStatus, Tail,
 };
 use super::{
     AppendAck, AppendJob, AppendKind, Command, CreateAck, ShardCtx, ShardShared, ShardStatus,
@@ -80,17 +81,69 @@ impl Reply {
     }
 }
 
+/// A page whose offset and nonce are assigned, sealed by the PUT task that
+/// writes it (encryption stays off the actor).
+struct UnsealedPage {
+    body: PreparedBody,
+    cipher: Arc<PageCipher>,
+    first_offset: u64,
+    nonce: [u8; 12],
+}
+
+/// An entry as the committer stages it: appends carry unsealed pages.
+enum StagedEntry {
+    Ready(WalEntry),
+    Append {
+        /// The entry with its `pages` still empty.
+        entry: AppendEntry,
+        key_version: u32,
+        routing_key: Bytes,
+        pages: Vec<UnsealedPage>,
+    },
+}
+
+impl StagedEntry {
+    /// Seals an append's pages; any other entry is ready as it is.
+    fn seal(self) -> Result<WalEntry, PageError> {
+        match self {
+            StagedEntry::Ready(entry) => Ok(entry),
+            StagedEntry::Append {
+                mut entry,
+                key_version,
+                routing_key,
+                pages,
+            } => {
+                entry.pages = pages
+                    .into_iter()
+                    .map(|p| {
+                        seal_page(
+                            &p.cipher,
+                            &p.body,
+                            p.first_offset,
+                            key_version,
+                            &routing_key,
+                            p.nonce,
+                        )
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(WalEntry::Append(entry))
+            }
+        }
+    }
+}
+
 /// Entries staged for the next WAL object, and the replies riding on it.
 #[derive(Default)]
 struct Batch {
-    entries: Vec<WalEntry>,
+    entries: Vec<StagedEntry>,
     replies: Vec<Reply>,
     bytes: usize,
 }
 
 struct InFlight {
     issue: u64,
-    object: Arc<WalObject>,
+    /// The sealed object, once its PUT task has built it.
+    object: Option<Arc<WalObject>>,
     replies: Vec<Reply>,
     bytes: usize,
     outcome: Option<WalPutOutcome>,
@@ -98,6 +151,7 @@ struct InFlight {
 
 struct PutDone {
     issue: u64,
+    object: Option<Arc<WalObject>>,
     outcome: WalPutOutcome,
 }
 
@@ -248,11 +302,7 @@ impl Actor {
         }
         match command {
             Command::Append(job) => self.commit_append(*job),
-            Command::Create {
-                stream,
-                created_ms,
-                reply,
-            } => self.commit_create(stream, created_ms, reply),
+            Command::Create { create, reply } => self.commit_create(create, reply),
             Command::Delete { stream, reply } => self.commit_delete(stream, reply),
             Command::Barrier { reply } => self.reply_when_durable(Reply::Unit(reply, Ok(()))),
             Command::Shutdown { reply } => {
@@ -279,6 +329,9 @@ impl Actor {
                     .reply_when_durable(Reply::Append(job.reply, Err(EngineError::StreamNotFound)))
             }
         };
+        if !job.cipher_matches(&tail.epoch, &tail.key_fingerprint) {
+            return self.reply_when_durable(Reply::Append(job.reply, Err(EngineError::WrongKey)));
+        }
         let closed = tail.status == StreamStatus::Closed;
         let verdict = job
             .producer
@@ -327,37 +380,34 @@ impl Actor {
         let next_offset = first_offset + job.record_count;
         let mut entries = Vec::with_capacity(4);
         if job.record_count > 0 {
-            let mut pages = Vec::with_capacity(job.pages.len());
             let mut offset = first_offset;
-            for page in &job.pages {
-                let nonce = self.ctx.env.entropy.bytes12();
-                match seal_page(
-                    &page.cipher,
-                    &page.body,
-                    offset,
-                    job.key_version,
-                    &job.routing_key,
-                    nonce,
-                ) {
-                    Ok(sealed) => pages.push(sealed),
-                    Err(e) => {
-                        let _ = job.reply.send(Err(e.into()));
-                        return;
-                    }
-                }
-                offset += page.body.record_count as u64;
+            let mut pages = Vec::with_capacity(job.pages.len());
+            for page in job.pages {
+                let record_count = page.body.record_count as u64;
+                pages.push(UnsealedPage {
+                    body: page.body,
+                    cipher: page.cipher,
+                    first_offset: offset,
+                    nonce: self.ctx.env.entropy.bytes12(),
+                });
+                offset += record_count;
             }
-            entries.push(WalEntry::Append(AppendEntry {
-                stream: job.stream,
-                first_offset,
-                record_count: job.record_count,
-                payload_bytes: job.payload_bytes,
-                timestamp_ms: job.timestamp_ms,
+            entries.push(StagedEntry::Append {
+                entry: AppendEntry {
+                    stream: job.stream,
+                    first_offset,
+                    record_count: job.record_count,
+                    payload_bytes: job.payload_bytes,
+                    timestamp_ms: job.timestamp_ms,
+                    pages: Vec::new(),
+                },
+                key_version: job.key_version,
+                routing_key: job.routing_key,
                 pages,
-            }));
+            });
         }
         if let Some(claim) = &job.producer {
-            entries.push(WalEntry::Producer(ProducerEntry {
+            entries.push(StagedEntry::Ready(WalEntry::Producer(ProducerEntry {
                 stream: job.stream,
                 producer_id: claim.id.clone(),
                 epoch: claim.epoch,
@@ -365,19 +415,19 @@ impl Actor {
                 first_offset,
                 next_offset,
                 digest: claim.digest,
-            }));
+            })));
         }
         if let Some(seq) = job.stream_seq {
-            entries.push(WalEntry::StreamSeq(StreamSeqEntry {
+            entries.push(StagedEntry::Ready(WalEntry::StreamSeq(StreamSeqEntry {
                 stream: job.stream,
                 seq,
-            }));
+            })));
         }
         if job.close {
-            entries.push(WalEntry::Close(CloseEntry {
+            entries.push(StagedEntry::Ready(WalEntry::Close(CloseEntry {
                 stream: job.stream,
                 closed_ms: job.timestamp_ms,
-            }));
+            })));
         }
         let ack = AppendAck {
             kind: AppendKind::Appended,
@@ -395,18 +445,26 @@ impl Actor {
 
     fn commit_create(
         &mut self,
-        stream: StreamRef,
-        created_ms: u64,
+        create: CreateEntry,
         reply: oneshot::Sender<Result<CreateAck, EngineError>>,
     ) {
+        let stream = create.stream;
         match create_verdict(self.staged.get(&stream.id), &stream) {
             CreateVerdict::New => {
-                self.staged.insert(stream.id, Tail::new(stream, created_ms));
-                let entry = WalEntry::Create(CreateEntry { stream, created_ms });
+                self.staged.insert(stream.id, Tail::new(&create));
+                let entry = StagedEntry::Ready(WalEntry::Create(create));
                 self.push_staged(vec![entry], 0, Reply::Create(reply, Ok(CreateAck::Created)));
             }
             CreateVerdict::Exists => {
-                self.reply_when_durable(Reply::Create(reply, Ok(CreateAck::AlreadyExists)))
+                let same_key = self.staged.get(&stream.id).is_some_and(|t| {
+                    t.epoch == create.epoch && t.key_fingerprint == create.key_fingerprint
+                });
+                let answer = if same_key {
+                    Ok(CreateAck::AlreadyExists)
+                } else {
+                    Err(EngineError::WrongKey)
+                };
+                self.reply_when_durable(Reply::Create(reply, answer))
             }
             CreateVerdict::Stale => {
                 self.reply_when_durable(Reply::Create(reply, Err(EngineError::StaleIncarnation)))
@@ -426,18 +484,22 @@ impl Actor {
         if !live {
             return self.reply_when_durable(Reply::Unit(reply, Err(EngineError::StreamNotFound)));
         }
-        let entry = WalEntry::Delete(DeleteEntry { stream });
+        let entry = StagedEntry::Ready(WalEntry::Delete(DeleteEntry { stream }));
         self.stage(stream, vec![entry], 0, Reply::Unit(reply, Ok(())));
     }
 
     /// Applies entries to the staged tail of `stream`, then stages them.
-    fn stage(&mut self, stream: StreamRef, entries: Vec<WalEntry>, bytes: usize, reply: Reply) {
+    fn stage(&mut self, stream: StreamRef, entries: Vec<StagedEntry>, bytes: usize, reply: Reply) {
         let tail = self
             .staged
             .get_mut(&stream.id)
             .expect("validated against this tail");
         for entry in &entries {
-            if let Err(e) = apply_to_tail(tail, entry) {
+            let applied = match entry {
+                StagedEntry::Ready(entry) => apply_to_tail(tail, entry),
+                StagedEntry::Append { entry, .. } => apply_append_to_tail(tail, entry),
+            };
+            if let Err(e) = applied {
                 // The committer validated this entry against the same tail: a bug.
                 tracing::error!(error = %e, "staged entry does not apply to its own tail");
                 reply.fail(EngineError::corrupt("staged tail", e));
@@ -447,7 +509,7 @@ impl Actor {
         self.push_staged(entries, bytes, reply);
     }
 
-    fn push_staged(&mut self, entries: Vec<WalEntry>, bytes: usize, reply: Reply) {
+    fn push_staged(&mut self, entries: Vec<StagedEntry>, bytes: usize, reply: Reply) {
         let max = self.ctx.config.max_object_bytes;
         let start_new = match self.batches.back() {
             None => true,
@@ -520,23 +582,27 @@ impl Actor {
             epoch: self.epoch,
             write_id: self.ctx.env.entropy.bytes16(),
         };
-        let object = Arc::new(WalObject {
-            header: WalHeader {
-                kind: ObjectKind::Data,
-                slot,
-                prev_slot: self.chain_end,
-                writer,
-                shard: self.ctx.layout.shard().to_string(),
-            },
-            entries: batch.entries,
-        });
+        let header = WalHeader {
+            kind: ObjectKind::Data,
+            slot,
+            prev_slot: self.chain_end,
+            writer,
+            shard: self.ctx.layout.shard().to_string(),
+        };
         self.chain_end = slot;
         let issue = self.next_issue;
         self.next_issue += 1;
         let ctx = self.ctx.clone();
-        let task_object = object.clone();
+        let staged = batch.entries;
         let handle = self.puts.spawn(async move {
-            let outcome = match strata_wal::encode(&task_object) {
+            let sealed: Result<Vec<WalEntry>, PageError> =
+                staged.into_iter().map(StagedEntry::seal).collect();
+            let object = sealed.map(|entries| Arc::new(WalObject { header, entries }));
+            let encoded = object
+                .as_ref()
+                .map_err(|e| e.to_string())
+                .and_then(|object| strata_wal::encode(object).map_err(|e| e.to_string()));
+            let outcome = match encoded {
                 Ok(encoded) => {
                     let payload: PutPayload = encoded.chunks.into_iter().collect();
                     put_wal_object(
@@ -548,17 +614,21 @@ impl Actor {
                     )
                     .await
                 }
-                Err(e) => WalPutOutcome::Failed(object_store::Error::Generic {
-                    store: "wal-encode",
-                    source: Box::new(e),
+                Err(reason) => WalPutOutcome::Failed(object_store::Error::Generic {
+                    store: "wal-build",
+                    source: reason.into(),
                 }),
             };
-            PutDone { issue, outcome }
+            PutDone {
+                issue,
+                object: object.ok(),
+                outcome,
+            }
         });
         self.put_tasks.insert(handle.id(), issue);
         self.inflight.push_back(InFlight {
             issue,
-            object,
+            object: None,
             replies: batch.replies,
             bytes: batch.bytes,
             outcome: None,
@@ -581,6 +651,7 @@ impl Actor {
                 };
                 PutDone {
                     issue,
+                    object: None,
                     outcome: WalPutOutcome::Failed(object_store::Error::Generic {
                         store: "wal-put-task",
                         source: Box::new(e),
@@ -616,6 +687,7 @@ impl Actor {
             }
         }
         entry.outcome = Some(done.outcome);
+        entry.object = done.object;
         self.acknowledge_prefix();
     }
 
@@ -626,7 +698,9 @@ impl Actor {
         ) {
             let done = self.inflight.pop_front().expect("front exists");
             self.pending_bytes -= done.bytes;
-            self.publish(&done.object);
+            if let Some(object) = &done.object {
+                self.publish(object);
+            }
             for reply in done.replies {
                 reply.send();
             }

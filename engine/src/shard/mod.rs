@@ -39,7 +39,10 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use strata_manifest::{CasObject, ManifestCodec, RetryPolicy};
-use strata_segments::{plan_pages, prepare_body, PageCipher, PreparedBody, StreamCipher};
+use strata_segments::{
+    plan_pages, prepare_body, PageCipher, PreparedBody, StreamCipher, MAX_ROUTING_KEY_BYTES,
+};
+use strata_wal::CreateEntry;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::env::EngineEnv;
@@ -186,6 +189,7 @@ pub(crate) struct PreparedPage {
 
 pub(crate) struct AppendJob {
     stream: StreamRef,
+    cipher: Arc<StreamCipher>,
     routing_key: Bytes,
     key_version: u32,
     pages: Vec<PreparedPage>,
@@ -198,11 +202,17 @@ pub(crate) struct AppendJob {
     reply: oneshot::Sender<Result<AppendAck, EngineError>>,
 }
 
+impl AppendJob {
+    /// Whether the request's key is the stream's (constant-time comparison).
+    fn cipher_matches(&self, epoch: &[u8; 16], fingerprint: &[u8; 16]) -> bool {
+        self.cipher.epoch().0 == *epoch && self.cipher.matches_fingerprint(fingerprint)
+    }
+}
+
 pub(crate) enum Command {
     Append(Box<AppendJob>),
     Create {
-        stream: StreamRef,
-        created_ms: u64,
+        create: CreateEntry,
         reply: oneshot::Sender<Result<CreateAck, EngineError>>,
     },
     Delete {
@@ -356,15 +366,22 @@ impl Shard {
         }))
     }
 
-    /// Creates a stream incarnation (idempotent for the same incarnation).
-    pub async fn create_stream(&self, stream: StreamRef) -> Result<CreateAck, EngineError> {
+    /// Creates a stream incarnation keyed by `cipher` (its epoch and key
+    /// fingerprint are recorded; the key is not). Idempotent for the same
+    /// incarnation and key; another key answers `WrongKey`.
+    pub async fn create_stream(
+        &self,
+        stream: StreamRef,
+        cipher: &StreamCipher,
+    ) -> Result<CreateAck, EngineError> {
         let (reply, rx) = oneshot::channel();
-        let created_ms = self.inner.ctx.env.clock.now_ms();
-        self.submit(Command::Create {
+        let create = CreateEntry {
             stream,
-            created_ms,
-            reply,
-        })?;
+            created_ms: self.inner.ctx.env.clock.now_ms(),
+            epoch: cipher.epoch().0,
+            key_fingerprint: cipher.fingerprint(),
+        };
+        self.submit(Command::Create { create, reply })?;
         Self::answer(rx).await
     }
 
@@ -408,6 +425,13 @@ impl Shard {
                 limit: config.max_append_bytes as u64,
             });
         }
+        if request.routing_key.len() > MAX_ROUTING_KEY_BYTES {
+            return Err(EngineError::TooLarge {
+                what: "routing key",
+                size: request.routing_key.len() as u64,
+                limit: MAX_ROUTING_KEY_BYTES as u64,
+            });
+        }
         let timestamp_ms = request
             .timestamp_ms
             .unwrap_or_else(|| self.inner.ctx.env.clock.now_ms());
@@ -426,6 +450,7 @@ impl Shard {
         let (reply, rx) = oneshot::channel();
         self.submit(Command::Append(Box::new(AppendJob {
             stream: request.stream,
+            cipher: request.cipher,
             routing_key: request.routing_key,
             key_version: request.key_version,
             pages,

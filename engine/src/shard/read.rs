@@ -77,6 +77,11 @@ impl Shard {
             if !state.tail.is_live(stream) {
                 return Err(EngineError::StreamNotFound);
             }
+            if cipher.epoch().0 != state.tail.epoch
+                || !cipher.matches_fingerprint(&state.tail.key_fingerprint)
+            {
+                return Err(EngineError::WrongKey);
+            }
             let start = state.pages.partition_point(|p| p.end_offset() <= from);
             let mut chosen: Vec<StoredPage> = Vec::new();
             let mut bytes = 0usize;

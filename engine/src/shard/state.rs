@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use strata_segments::parse_header;
-use strata_wal::{StreamRef, WalEntry};
+use strata_wal::{AppendEntry, CreateEntry, StreamRef, WalEntry};
 
 /// Lifecycle of a stream incarnation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +34,9 @@ pub struct ProducerState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tail {
     pub stream: StreamRef,
+    /// The incarnation's stream epoch and key fingerprint (from its Create).
+    pub epoch: [u8; 16],
+    pub key_fingerprint: [u8; 16],
     pub status: StreamStatus,
     pub next_offset: u64,
     /// Sum of payload bytes ever appended (the logical size).
@@ -46,13 +49,15 @@ pub struct Tail {
 }
 
 impl Tail {
-    pub fn new(stream: StreamRef, created_ms: u64) -> Self {
+    pub fn new(create: &CreateEntry) -> Self {
         Tail {
-            stream,
+            stream: create.stream,
+            epoch: create.epoch,
+            key_fingerprint: create.key_fingerprint,
             status: StreamStatus::Open,
             next_offset: 0,
             payload_bytes: 0,
-            created_ms,
+            created_ms: create.created_ms,
             closed_ms: None,
             last_append_ms: None,
             stream_seq: None,
@@ -183,20 +188,7 @@ pub fn apply_to_tail(tail: &mut Tail, entry: &WalEntry) -> Result<(), ApplyError
     }
     match entry {
         WalEntry::Create(_) => {}
-        WalEntry::Append(a) => {
-            if tail.status != StreamStatus::Open {
-                return Err(ApplyError::NotOpen);
-            }
-            if a.first_offset != tail.next_offset {
-                return Err(ApplyError::OffsetMismatch {
-                    expected: tail.next_offset,
-                    found: a.first_offset,
-                });
-            }
-            tail.next_offset += a.record_count;
-            tail.payload_bytes += a.payload_bytes;
-            tail.last_append_ms = Some(a.timestamp_ms);
-        }
+        WalEntry::Append(a) => apply_append_to_tail(tail, a)?,
         WalEntry::Producer(p) => {
             tail.producers.insert(
                 p.producer_id.clone(),
@@ -222,6 +214,29 @@ pub fn apply_to_tail(tail: &mut Tail, entry: &WalEntry) -> Result<(), ApplyError
             tail.stream_seq = None;
         }
     }
+    Ok(())
+}
+
+/// Applies an append's offsets and sizes to a tail (pages are not needed).
+pub fn apply_append_to_tail(tail: &mut Tail, a: &AppendEntry) -> Result<(), ApplyError> {
+    if tail.stream != a.stream {
+        return Err(ApplyError::WrongIncarnation {
+            found: a.stream.incarnation,
+            live: tail.stream.incarnation,
+        });
+    }
+    if tail.status != StreamStatus::Open {
+        return Err(ApplyError::NotOpen);
+    }
+    if a.first_offset != tail.next_offset {
+        return Err(ApplyError::OffsetMismatch {
+            expected: tail.next_offset,
+            found: a.first_offset,
+        });
+    }
+    tail.next_offset += a.record_count;
+    tail.payload_bytes += a.payload_bytes;
+    tail.last_append_ms = Some(a.timestamp_ms);
     Ok(())
 }
 
@@ -277,7 +292,7 @@ pub fn apply_entry(
     if let WalEntry::Create(c) = entry {
         let tail = current.as_ref().map(|d| &d.tail);
         return match create_verdict(tail, &stream) {
-            CreateVerdict::New => Ok(Some(DurableStream::new(Tail::new(stream, c.created_ms)))),
+            CreateVerdict::New => Ok(Some(DurableStream::new(Tail::new(c)))),
             CreateVerdict::Exists => Ok(None),
             CreateVerdict::Stale => Err(ApplyError::WrongIncarnation {
                 found: stream.incarnation,
@@ -439,7 +454,12 @@ mod tests {
             id: [1; 16],
             incarnation: inc,
         };
-        let mut t = Tail::new(s(2), 0);
+        let mut t = Tail::new(&CreateEntry {
+            stream: s(2),
+            created_ms: 0,
+            epoch: [0; 16],
+            key_fingerprint: [0; 16],
+        });
         assert_eq!(create_verdict(None, &s(1)), CreateVerdict::New);
         assert_eq!(create_verdict(Some(&t), &s(2)), CreateVerdict::Exists);
         assert_eq!(create_verdict(Some(&t), &s(3)), CreateVerdict::New);

@@ -358,7 +358,7 @@ impl World {
             let Some(shard) = self.current() else {
                 break;
             };
-            match shard.create_stream(stream).await {
+            match shard.create_stream(stream, &self.cipher).await {
                 Ok(_) => return Ok(()),
                 Err(e) => {
                     self.event(format!("create {index} failed: {e}"));
