@@ -1,6 +1,7 @@
 //! `strata`: the Strata server, operator tools and benchmarks.
 
 mod bench;
+mod keys;
 
 use std::process::ExitCode;
 
@@ -18,6 +19,9 @@ enum Commands {
     /// Benchmarks that print throughput, latency, store requests and memory.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Stream keys: generate, fingerprint, derive subkeys, open stored pages.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
 }
 
 fn main() -> ExitCode {
@@ -30,7 +34,8 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Commands::Bench(command) => bench::run(command),
+        Commands::Bench(command) => bench::run(command).map_err(|e| e.to_string()),
+        Commands::Keys(command) => keys::run(command).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
