@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! clear header (bound as AAD, after the 16-byte stream epoch)
-//!   magic "SP" · version u8 (1) · flags u8 (bit 0: body is zstd-compressed)
+//!   magic "SP" · version u8 (1) · flags u8 (bit 0: body is zstd-compressed;
+//!   bit 1: first page of an append request)
 //!   first offset u64 · record count u32 · timestamp ms u64 · key version u32
 //!   body length u32 (plaintext, before compression)
 //!   routing key length u16 · routing key · nonce [12]
@@ -46,6 +47,9 @@ pub const TAG_BYTES: usize = 16;
 const COMPRESS_MIN_BODY_BYTES: usize = 256;
 const ZSTD_LEVEL: i32 = 1;
 const FLAG_COMPRESSED: u8 = 1;
+/// The page holds the first records of an append request (request boundaries
+/// survive in the pages: a fork sub-offset slices "the first append after").
+const FLAG_APPEND_START: u8 = 2;
 /// Header bytes before the routing key.
 const HEADER_FIXED_BYTES: usize = 2 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 2;
 
@@ -79,6 +83,8 @@ pub struct PageHeader {
     pub key_version: u32,
     pub body_len: u32,
     pub compressed: bool,
+    /// This page starts an append request.
+    pub append_start: bool,
     pub routing_key: Bytes,
     pub nonce: [u8; NONCE_BYTES],
     /// Length of the clear header in bytes (where the sealed body starts).
@@ -98,6 +104,8 @@ pub struct Record {
     pub offset: u64,
     pub timestamp_ms: u64,
     pub payload: Bytes,
+    /// The first record of an append request.
+    pub append_start: bool,
 }
 
 /// A page's body built before offsets are known: serialised and, when that
@@ -111,6 +119,8 @@ pub struct PreparedBody {
     pub record_count: u32,
     pub payload_bytes: u64,
     pub timestamp_ms: u64,
+    /// Set on the first page of an append request (flag bit 1).
+    pub append_start: bool,
 }
 
 /// Splits records (given by payload length) into page ranges: at most
@@ -240,6 +250,7 @@ pub(crate) fn prepare_body_with_timestamps(
         record_count: records.len() as u32,
         payload_bytes: payload_bytes as u64,
         timestamp_ms: base,
+        append_start: false,
     })
 }
 
@@ -253,7 +264,14 @@ fn put_header(
 ) {
     out.put_slice(&PAGE_MAGIC);
     out.put_u8(PAGE_VERSION);
-    out.put_u8(if body.compressed { FLAG_COMPRESSED } else { 0 });
+    let mut flags = 0;
+    if body.compressed {
+        flags |= FLAG_COMPRESSED;
+    }
+    if body.append_start {
+        flags |= FLAG_APPEND_START;
+    }
+    out.put_u8(flags);
     out.put_u64_le(first_offset);
     out.put_u32_le(body.record_count);
     out.put_u64_le(body.timestamp_ms);
@@ -330,7 +348,7 @@ pub fn parse_header(page: &Bytes) -> Result<PageHeader, PageError> {
         return Err(PageError::UnsupportedVersion { found: page[2] });
     }
     let flags = page[3];
-    if flags & !FLAG_COMPRESSED != 0 {
+    if flags & !(FLAG_COMPRESSED | FLAG_APPEND_START) != 0 {
         return Err(PageError::Invalid {
             field: "flags",
             reason: "unknown flag bits",
@@ -410,6 +428,7 @@ pub fn parse_header(page: &Bytes) -> Result<PageHeader, PageError> {
         key_version,
         body_len,
         compressed,
+        append_start: flags & FLAG_APPEND_START != 0,
         routing_key: page.slice(HEADER_FIXED_BYTES..HEADER_FIXED_BYTES + rk_len),
         nonce,
         header_len,
@@ -489,6 +508,7 @@ fn parse_body(header: &PageHeader, body: Bytes) -> Result<Vec<Record>, PageError
             offset: header.first_offset + i as u64,
             timestamp_ms,
             payload: body.slice(at..at + len),
+            append_start: header.append_start && i == 0,
         });
         at += len;
     }

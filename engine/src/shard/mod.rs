@@ -440,9 +440,14 @@ impl Shard {
             let cipher = request
                 .cipher
                 .page_cipher(&request.routing_key, request.key_version);
-            for range in plan_pages(request.records.iter().map(Bytes::len)) {
+            for (i, range) in plan_pages(request.records.iter().map(Bytes::len))
+                .into_iter()
+                .enumerate()
+            {
+                let mut body = prepare_body(&request.records[range], timestamp_ms)?;
+                body.append_start = i == 0;
                 pages.push(PreparedPage {
-                    body: prepare_body(&request.records[range], timestamp_ms)?,
+                    body,
                     cipher: cipher.clone(),
                 });
             }
