@@ -3,13 +3,48 @@
 //! plaintext (streams appear only as hashes).
 //!
 //! ```text
-//! shards/<shard>/manifest          the shard's manifest (CAS)
-//! shards/<shard>/wal/<slot:020>    WAL objects (create-only)
+//! shards/<shard>/manifest                        the shard's manifest (CAS)
+//! shards/<shard>/wal/<slot:020>                  WAL objects (create-only)
+//! registry/<project>/streams/<name-hash>.json    stream descriptors (CAS)
+//! registry/<project>/subscriptions/<id-hash>.json  subscriptions (CAS)
+//! server/webhook-signing-key.json                the server's Ed25519 signing key
 //! ```
 
 use object_store::path::Path;
+use sha2::{Digest, Sha256};
 
-use crate::ids::ShardName;
+use crate::ids::{hex, ShardName};
+
+/// 32 hex digits of SHA-256 over a name: names in object keys carry no plaintext.
+fn name_hash(domain: &str, name: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(domain.as_bytes());
+    h.update([0]);
+    h.update(name.as_bytes());
+    hex(&h.finalize()[..16])
+}
+
+/// The descriptor of stream `name` in `project` (project names are validated
+/// by the caller to be path-safe).
+pub fn stream_descriptor(project: &str, name: &str) -> Path {
+    Path::from(format!(
+        "registry/{project}/streams/{}.json",
+        name_hash("stream", name)
+    ))
+}
+
+/// The record of subscription `id` in `project`.
+pub fn subscription(project: &str, id: &str) -> Path {
+    Path::from(format!(
+        "registry/{project}/subscriptions/{}.json",
+        name_hash("subscription", id)
+    ))
+}
+
+/// The server's webhook signing key (an Ed25519 key pair, created once).
+pub fn webhook_signing_key() -> Path {
+    Path::from("server/webhook-signing-key.json")
+}
 
 const WAL_SLOT_DIGITS: usize = 20;
 

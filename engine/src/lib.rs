@@ -23,6 +23,6 @@ pub use env::{Clock, EngineEnv, Entropy, OsEntropy, SeededEntropy, SystemClock, 
 pub use error::EngineError;
 pub use ids::{stream_id, InstanceId, ShardName, StreamRef};
 pub use shard::{
-    AppendAck, AppendKind, AppendRequest, CreateAck, ProducerClaim, ReadBatch, ReadLimits, Shard,
-    ShardConfig, ShardStatus, StreamInfo, WaitOutcome,
+    AppendAck, AppendKind, AppendRequest, CreateAck, ProducerClaim, ProducerState, ReadBatch,
+    ReadLimits, Shard, ShardConfig, ShardStatus, StreamInfo, StreamStatus, WaitOutcome,
 };

@@ -125,7 +125,7 @@ impl Model {
             }
         }
         if s.closed {
-            return if payloads.is_empty() {
+            return if payloads.is_empty() && producer.is_none() {
                 Expect::AlreadyClosed { next: tail }
             } else {
                 Expect::Error(EngineError::StreamClosed { next_offset: tail })

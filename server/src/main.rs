@@ -1,7 +1,12 @@
 //! `strata`: the Strata server, operator tools and benchmarks.
 
 mod bench;
+mod ds;
+mod http;
 mod keys;
+mod registry;
+mod serve;
+mod streams;
 
 use std::process::ExitCode;
 
@@ -16,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Commands {
+    /// Run the HTTP server.
+    Serve(Box<serve::ServeArgs>),
     /// Benchmarks that print throughput, latency, store requests and memory.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -28,12 +35,13 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,strata=info")),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Commands::Serve(args) => serve::run(*args).map_err(|e| e.to_string()),
         Commands::Bench(command) => bench::run(command).map_err(|e| e.to_string()),
         Commands::Keys(command) => keys::run(command).map_err(|e| e.to_string()),
     };

@@ -344,7 +344,9 @@ impl Actor {
                 closed,
                 kind: AppendKind::Duplicate(state),
             })),
-            _ if closed && job.record_count == 0 => Some(Ok(AppendAck {
+            // A plain close of a closed stream is idempotent; a producer's close
+            // that is not its own duplicate meets a closed stream.
+            _ if closed && job.record_count == 0 && job.producer.is_none() => Some(Ok(AppendAck {
                 kind: AppendKind::AlreadyClosed,
                 first_offset: tail.next_offset,
                 next_offset: tail.next_offset,

@@ -1,0 +1,275 @@
+//! HTTP plumbing shared by the surfaces: bodies, JSON error responses, the
+//! headers every response carries (CORS, `nosniff`, CORP), authentication,
+//! bounded body reading, and routing.
+//!
+//! Every error is `{"error":{"code","message"}}` with a fitting status; bad
+//! input never panics and never answers 500.
+
+pub mod raw;
+pub mod sse;
+pub mod subscriptions;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use hyper::body::Incoming;
+use strata_segments::StreamKey;
+use subtle::ConstantTimeEq;
+
+use crate::streams::{ServiceError, Streams};
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+pub fn empty() -> Body {
+    Empty::new().boxed()
+}
+
+/// Server settings the handlers read.
+pub struct HttpConfig {
+    /// Bearer tokens that may use the API (empty: no authentication).
+    pub auth_tokens: Vec<String>,
+    /// The key used for raw-route requests that carry none (development).
+    pub dev_default_key: Option<StreamKey>,
+    pub long_poll_timeout: Duration,
+    pub max_body_bytes: usize,
+    /// Open long-poll and SSE requests allowed at once.
+    pub max_live_connections: usize,
+}
+
+/// Everything a request handler can reach.
+pub struct AppState {
+    pub streams: Arc<Streams>,
+    pub subscriptions: Arc<subscriptions::Subscriptions>,
+    pub config: HttpConfig,
+    pub live_connections: AtomicUsize,
+}
+
+/// A held slot of the live-connection budget.
+pub struct LiveSlot(Arc<AppState>);
+
+impl Drop for LiveSlot {
+    fn drop(&mut self) {
+        self.0.live_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl AppState {
+    pub fn live_slot(self: &Arc<Self>) -> Result<LiveSlot, ApiError> {
+        let held = self.live_connections.fetch_add(1, Ordering::Relaxed);
+        if held >= self.config.max_live_connections {
+            self.live_connections.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "live_capacity",
+                "too many live readers on this server; retry shortly",
+            )
+            .header("retry-after", "5"));
+        }
+        Ok(LiveSlot(self.clone()))
+    }
+}
+
+/// An error answer: status, stable code, message, and extra headers.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl AsRef<str>) -> Self {
+        if let Ok(v) = HeaderValue::from_str(value.as_ref()) {
+            self.headers.push((HeaderName::from_static(name), v));
+        }
+        self
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = Response::new(full(body.to_string()));
+        *response.status_mut() = self.status;
+        response
+            .headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let message = e.to_string();
+        match e {
+            ServiceError::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
+            ServiceError::Gone => ApiError::new(StatusCode::GONE, "gone", message),
+            ServiceError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            ServiceError::ContentTypeMismatch => {
+                ApiError::new(StatusCode::CONFLICT, "content_type_mismatch", message)
+            }
+            ServiceError::Closed { tail } => {
+                ApiError::new(StatusCode::CONFLICT, "stream_closed", message)
+                    .header("stream-closed", "true")
+                    .header(
+                        "stream-next-offset",
+                        crate::ds::offsets::Offset(tail).to_string(),
+                    )
+            }
+            ServiceError::SeqConflict => ApiError::new(StatusCode::CONFLICT, "seq_conflict", message),
+            ServiceError::ProducerStale { current_epoch } => {
+                ApiError::new(StatusCode::FORBIDDEN, "producer_stale_epoch", message)
+                    .header("producer-epoch", current_epoch.to_string())
+            }
+            ServiceError::ProducerGap { expected, received } => {
+                ApiError::new(StatusCode::CONFLICT, "producer_seq_gap", message)
+                    .header("producer-expected-seq", expected.to_string())
+                    .header("producer-received-seq", received.to_string())
+            }
+            ServiceError::ProducerEpochSeq => {
+                ApiError::new(StatusCode::BAD_REQUEST, "producer_epoch_seq", message)
+            }
+            ServiceError::WrongKey => ApiError::new(StatusCode::FORBIDDEN, "wrong_key", message),
+            ServiceError::BadRequest(_) => ApiError::bad_request(message),
+            ServiceError::TooLarge { .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "record_too_large", message)
+            }
+            ServiceError::Overloaded => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", message)
+                    .header("retry-after", "1")
+            }
+            ServiceError::Unavailable(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+                    .header("retry-after", "1")
+            }
+            ServiceError::Internal(_) => {
+                tracing::error!(%message, "internal error");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+pub type ApiResult = Result<Response<Body>, ApiError>;
+
+const EXPOSE_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Retry-After";
+const ALLOW_HEADERS: &str = "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Stream-Encryption-Key, Producer-Id, Producer-Epoch, Producer-Seq";
+const ALLOW_METHODS: &str = "GET, POST, PUT, DELETE, HEAD, OPTIONS";
+
+/// Headers on every response, errors included.
+fn common_headers(headers: &mut HeaderMap) {
+    headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    headers.insert(
+        "access-control-expose-headers",
+        HeaderValue::from_static(EXPOSE_HEADERS),
+    );
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
+}
+
+fn preflight() -> Response<Body> {
+    let mut response = Response::new(empty());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    let h = response.headers_mut();
+    h.insert("access-control-allow-methods", HeaderValue::from_static(ALLOW_METHODS));
+    h.insert("access-control-allow-headers", HeaderValue::from_static(ALLOW_HEADERS));
+    h.insert("access-control-max-age", HeaderValue::from_static("600"));
+    response
+}
+
+fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    if state.config.auth_tokens.is_empty() {
+        return true;
+    }
+    let Some(token) = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Compare against every token, in constant time each.
+    state
+        .config
+        .auth_tokens
+        .iter()
+        .fold(false, |found, t| found | bool::from(t.as_bytes().ct_eq(token.as_bytes())))
+}
+
+/// Reads a request body up to `limit` bytes (413 beyond it).
+pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("request body exceeds {limit} bytes"),
+            ))
+        }
+        Err(e) => Err(ApiError::bad_request(format!("reading the body: {e}"))),
+    }
+}
+
+/// One request, start to finish.
+pub async fn handle(state: Arc<AppState>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let mut response = route(state, request).await.unwrap_or_else(ApiError::into_response);
+    common_headers(response.headers_mut());
+    Ok(response)
+}
+
+async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
+    if request.method() == Method::OPTIONS {
+        return Ok(preflight());
+    }
+    let path = request.uri().path().to_string();
+    if path == "/healthz" {
+        return Ok(Response::new(full("ok\n")));
+    }
+    if !authorized(&state, request.headers()) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid Authorization: Bearer token is required",
+        )
+        .header("www-authenticate", "Bearer"));
+    }
+    if let Some(rest) = path.strip_prefix(raw::PREFIX) {
+        if let Some(api) = rest.strip_prefix("__ds/") {
+            let api = api.to_string();
+            return subscriptions::handle(state, request, &api).await;
+        }
+        let name = raw::stream_name(rest)?;
+        return raw::handle(state, request, name).await;
+    }
+    Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"))
+}

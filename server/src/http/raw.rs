@@ -1,0 +1,550 @@
+//! `/v1/stream/{name}`: the Durable Streams protocol over the stream service.
+//!
+//! PUT creates (or forks), POST appends and closes, GET reads (catch-up,
+//! `live=long-poll`, `live=sse`), HEAD describes, DELETE deletes. Offsets are
+//! [`Offset`] strings; the stream key comes in `Stream-Encryption-Key` (or the
+//! development default key, when the server runs with one).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+use sha2::{Digest, Sha256};
+use strata_engine::{ProducerClaim, WaitOutcome};
+use strata_segments::StreamKey;
+
+use super::{empty, full, read_body, sse, ApiError, ApiResult, AppState, Body};
+use crate::ds::cursor::next_cursor;
+use crate::ds::json;
+use crate::ds::offsets::{Offset, OffsetParam};
+use crate::streams::{
+    is_json, AppendResult, AppendSpec, CreateSpec, Expiry, ForkSpec, ReadFrom, ReadOutcome,
+    DEFAULT_PROJECT,
+};
+
+pub const PREFIX: &str = "/v1/stream/";
+/// Longest stream name, in bytes.
+pub const MAX_NAME_BYTES: usize = 1024;
+/// Producer epochs and sequences stay JavaScript-safe integers.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Characters escaped when a name goes back into a URL (`/` is kept).
+const NAME_ESCAPES: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// Decodes and validates the stream name in a request path.
+pub fn stream_name(raw: &str) -> Result<String, ApiError> {
+    let name = percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::bad_request("stream name is not UTF-8"))?;
+    let invalid = |why: &str| ApiError::bad_request(format!("invalid stream name: {why}"));
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(invalid("use 1 to 1024 bytes"));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(invalid("control characters are not allowed"));
+    }
+    if name.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+        return Err(invalid("empty, '.' and '..' path segments are not allowed"));
+    }
+    if name.starts_with("__") {
+        return Err(invalid("names starting with '__' are reserved"));
+    }
+    Ok(name.into_owned())
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("header {name} is not ASCII"))),
+    }
+}
+
+fn is_true(headers: &HeaderMap, name: &str) -> bool {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// `^(0|[1-9]\d*)$`
+fn canonical_integer(text: &str) -> Option<u64> {
+    let ok = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    if ok {
+        text.parse().ok()
+    } else {
+        None
+    }
+}
+
+fn stream_key(state: &AppState, headers: &HeaderMap) -> Result<StreamKey, ApiError> {
+    match header(headers, "stream-encryption-key")? {
+        Some(text) => StreamKey::parse(text).map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_key", e.to_string())
+        }),
+        None => state.config.dev_default_key.clone().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "missing_key",
+                "Stream-Encryption-Key is required (32 bytes, base64url)",
+            )
+        }),
+    }
+}
+
+fn set(response: &mut Response<Body>, name: &'static str, value: impl AsRef<str>) {
+    if let Ok(v) = HeaderValue::from_str(value.as_ref()) {
+        response.headers_mut().insert(name, v);
+    }
+}
+
+fn with_status(status: StatusCode, body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response
+}
+
+pub async fn handle(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
+    match *request.method() {
+        Method::PUT => create(state, request, name).await,
+        Method::POST => append(state, request, name).await,
+        Method::GET => read(state, request, name).await,
+        Method::HEAD => head(state, name).await,
+        Method::DELETE => {
+            state.streams.delete(DEFAULT_PROJECT, &name).await?;
+            Ok(with_status(StatusCode::NO_CONTENT, empty()))
+        }
+        _ => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "use GET, HEAD, PUT, POST, DELETE or OPTIONS",
+        )
+        .header("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS")),
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    Ok(header(headers, "content-type")?
+        .map(str::trim)
+        .filter(|ct| {
+            let media = ct.split(';').next().unwrap_or("").trim();
+            media.split_once('/').is_some_and(|(t, s)| !t.is_empty() && !s.is_empty())
+        })
+        .map(str::to_string))
+}
+
+async fn create(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    let key = stream_key(&state, headers)?;
+    let ttl_seconds = match header(headers, "stream-ttl")? {
+        Some(text) => Some(canonical_integer(text.trim()).ok_or_else(|| {
+            ApiError::bad_request("Stream-TTL must be a whole number of seconds")
+        })?),
+        None => None,
+    };
+    let expires_at = match header(headers, "stream-expires-at")? {
+        Some(text) => {
+            let at = chrono::DateTime::parse_from_rfc3339(text.trim()).map_err(|_| {
+                ApiError::bad_request("Stream-Expires-At must be an RFC 3339 timestamp")
+            })?;
+            let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+            Some((text.trim().to_string(), ms))
+        }
+        None => None,
+    };
+    if ttl_seconds.is_some() && expires_at.is_some() {
+        return Err(ApiError::bad_request(
+            "give Stream-TTL or Stream-Expires-At, not both",
+        ));
+    }
+    let fork_source = match header(headers, "stream-forked-from")? {
+        Some(path) => {
+            let rest = path.trim().strip_prefix(PREFIX).ok_or_else(|| {
+                ApiError::bad_request("Stream-Forked-From must be a path under /v1/stream/")
+            })?;
+            Some(stream_name(rest)?)
+        }
+        None => None,
+    };
+    let fork_offset = match header(headers, "stream-fork-offset")? {
+        Some(text) => Some(
+            Offset::parse(text.trim())
+                .map_err(|e| ApiError::bad_request(e.to_string()))?
+                .0,
+        ),
+        None => None,
+    };
+    let sub_offset = match header(headers, "stream-fork-sub-offset")? {
+        Some(text) => Some(canonical_integer(text.trim()).ok_or_else(|| {
+            ApiError::bad_request("Stream-Fork-Sub-Offset must be a non-negative integer")
+        })?),
+        None => None,
+    };
+    if fork_source.is_none() && (sub_offset.is_some() || fork_offset.is_some()) {
+        return Err(ApiError::bad_request(
+            "Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From",
+        ));
+    }
+    let content_type = content_type(headers)?;
+    let host = header(headers, "host")?.unwrap_or("localhost").to_string();
+    let body = read_body(body, state.config.max_body_bytes).await?;
+    let spec = CreateSpec {
+        content_type,
+        expiry: Expiry {
+            ttl_seconds,
+            expires_at,
+        },
+        closed: is_true(headers, "stream-closed"),
+        body,
+        fork: fork_source.map(|source| ForkSpec {
+            source,
+            offset: fork_offset,
+            sub_offset: sub_offset.unwrap_or(0),
+        }),
+    };
+    let outcome = state
+        .streams
+        .create(DEFAULT_PROJECT, &name, spec, &key)
+        .await?;
+    let status = if outcome.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = with_status(status, empty());
+    set(&mut response, "content-type", &outcome.content_type);
+    set(&mut response, "stream-next-offset", Offset(outcome.tail).to_string());
+    if outcome.closed {
+        set(&mut response, "stream-closed", "true");
+    }
+    if outcome.created {
+        let path: String = utf8_percent_encode(&name, NAME_ESCAPES).collect();
+        set(&mut response, "location", format!("http://{host}{PREFIX}{path}"));
+    }
+    Ok(response)
+}
+
+fn producer_claim(headers: &HeaderMap, body: &[u8]) -> Result<Option<ProducerClaim>, ApiError> {
+    let id = header(headers, "producer-id")?;
+    let epoch = header(headers, "producer-epoch")?;
+    let seq = header(headers, "producer-seq")?;
+    let (id, epoch, seq) = match (id, epoch, seq) {
+        (None, None, None) => return Ok(None),
+        (Some(id), Some(epoch), Some(seq)) => (id, epoch, seq),
+        _ => {
+            return Err(ApiError::bad_request(
+                "Producer-Id, Producer-Epoch and Producer-Seq go together",
+            ))
+        }
+    };
+    if id.is_empty() {
+        return Err(ApiError::bad_request("Producer-Id must not be empty"));
+    }
+    if id.len() > 256 {
+        return Err(ApiError::bad_request("Producer-Id is longer than 256 bytes"));
+    }
+    let number = |text: &str, what: &str| {
+        text.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= MAX_SAFE_INTEGER && text.trim().bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| ApiError::bad_request(format!("{what} must be a non-negative integer")))
+    };
+    let digest = Sha256::digest(body);
+    Ok(Some(ProducerClaim {
+        id: id.to_string(),
+        epoch: number(epoch, "Producer-Epoch")?,
+        seq: number(seq, "Producer-Seq")?,
+        digest: digest[..16].try_into().expect("16 bytes"),
+    }))
+}
+
+async fn append(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    let close = is_true(headers, "stream-closed");
+    let stream_seq = header(headers, "stream-seq")?.map(|s| Bytes::copy_from_slice(s.as_bytes()));
+    if stream_seq.as_ref().is_some_and(|s| s.len() > 256) {
+        return Err(ApiError::bad_request("Stream-Seq is longer than 256 bytes"));
+    }
+    let content_type = header(headers, "content-type")?.map(str::to_string);
+    // Producer headers are validated before the body is even read.
+    producer_claim(headers, b"")?;
+    let key = stream_key(&state, headers)?;
+    let body = read_body(body, state.config.max_body_bytes).await?;
+    if body.is_empty() && !close {
+        return Err(ApiError::bad_request(
+            "an append needs a body (an empty body only with Stream-Closed: true)",
+        ));
+    }
+    if !body.is_empty() && content_type.is_none() {
+        return Err(ApiError::bad_request("an append with a body needs Content-Type"));
+    }
+    let producer = producer_claim(headers, &body)?;
+    let has_body = !body.is_empty();
+    let spec = AppendSpec {
+        content_type,
+        body,
+        producer: producer.clone(),
+        stream_seq,
+        close,
+    };
+    let outcome = state
+        .streams
+        .append(DEFAULT_PROJECT, &name, spec, &key)
+        .await?;
+    let status = match (&outcome.result, &producer) {
+        (AppendResult::Appended, Some(_)) if has_body => StatusCode::OK,
+        _ => StatusCode::NO_CONTENT,
+    };
+    let mut response = with_status(status, empty());
+    set(&mut response, "stream-next-offset", Offset(outcome.tail).to_string());
+    if outcome.closed {
+        set(&mut response, "stream-closed", "true");
+    }
+    match (&outcome.result, &producer) {
+        (AppendResult::Duplicate(state), _) => {
+            set(&mut response, "producer-epoch", state.epoch.to_string());
+            set(&mut response, "producer-seq", state.seq.to_string());
+        }
+        (_, Some(claim)) => {
+            set(&mut response, "producer-epoch", claim.epoch.to_string());
+            set(&mut response, "producer-seq", claim.seq.to_string());
+        }
+        _ => {}
+    }
+    Ok(response)
+}
+
+async fn head(state: Arc<AppState>, name: String) -> ApiResult {
+    let meta = state.streams.head(DEFAULT_PROJECT, &name).await?;
+    let mut response = with_status(StatusCode::OK, empty());
+    set(&mut response, "content-type", &meta.content_type);
+    set(&mut response, "stream-next-offset", Offset(meta.tail).to_string());
+    set(&mut response, "cache-control", "no-store");
+    if meta.closed {
+        set(&mut response, "stream-closed", "true");
+    }
+    if let Some(ttl) = meta.ttl_seconds {
+        set(&mut response, "stream-ttl", ttl.to_string());
+    }
+    if let Some(at) = &meta.expires_at {
+        set(&mut response, "stream-expires-at", at);
+    }
+    Ok(response)
+}
+
+/// The `live` query parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    LongPoll,
+    Sse,
+}
+
+struct ReadQuery {
+    offset: Option<OffsetParam>,
+    live: Option<Live>,
+    cursor: Option<u64>,
+}
+
+fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
+    let mut offsets = Vec::new();
+    let mut live = None;
+    let mut cursor = None;
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match k.as_ref() {
+            "offset" => offsets.push(v.into_owned()),
+            "live" => {
+                live = Some(match v.as_ref() {
+                    "long-poll" => Live::LongPoll,
+                    "sse" => Live::Sse,
+                    _ => return Err(ApiError::bad_request("live must be long-poll or sse")),
+                })
+            }
+            "cursor" => cursor = v.parse().ok(),
+            _ => {}
+        }
+    }
+    if offsets.len() > 1 {
+        return Err(ApiError::bad_request("give offset at most once"));
+    }
+    let offset = match offsets.pop() {
+        Some(text) => Some(
+            OffsetParam::parse(&text).map_err(|e| ApiError::bad_request(e.to_string()))?,
+        ),
+        None => None,
+    };
+    if live.is_some() && offset.is_none() {
+        return Err(ApiError::bad_request("live reads need an offset"));
+    }
+    Ok(ReadQuery {
+        offset,
+        live,
+        cursor,
+    })
+}
+
+fn read_from(offset: Option<OffsetParam>) -> ReadFrom {
+    match offset {
+        None | Some(OffsetParam::Start) => ReadFrom::Start,
+        Some(OffsetParam::Now) => ReadFrom::Tail,
+        Some(OffsetParam::At(o)) => ReadFrom::Position(o.0),
+    }
+}
+
+/// The body of a read: the JSON array of the records, or their bytes.
+pub fn render(content_type: &str, outcome: &ReadOutcome) -> Bytes {
+    if is_json(content_type) {
+        return Bytes::from(json::array_of(
+            outcome.records.iter().map(|r| r.payload.as_ref()),
+        ));
+    }
+    match outcome.records.as_slice() {
+        [] => Bytes::new(),
+        [one] => one.payload.clone(),
+        many => {
+            let mut out = Vec::with_capacity(many.iter().map(|r| r.payload.len()).sum());
+            for r in many {
+                out.extend_from_slice(&r.payload);
+            }
+            Bytes::from(out)
+        }
+    }
+}
+
+fn cursor_header(state: &AppState, client: Option<u64>) -> String {
+    let random = u64::from_le_bytes(
+        state.streams.random_bytes16()[..8]
+            .try_into()
+            .expect("8 bytes"),
+    );
+    next_cursor(state.streams.now_ms(), client, random).to_string()
+}
+
+fn read_response(outcome: &ReadOutcome, tail_read: bool) -> Response<Body> {
+    let mut response = with_status(StatusCode::OK, full(render(&outcome.content_type, outcome)));
+    set(&mut response, "content-type", &outcome.content_type);
+    set(&mut response, "stream-next-offset", Offset(outcome.next).to_string());
+    if outcome.up_to_date() {
+        set(&mut response, "stream-up-to-date", "true");
+    }
+    if outcome.at_end() {
+        set(&mut response, "stream-closed", "true");
+    }
+    if tail_read {
+        set(&mut response, "cache-control", "no-store");
+    } else if !outcome.up_to_date() || outcome.at_end() {
+        // A completed range never changes: caches may keep it.
+        set(&mut response, "cache-control", "public, max-age=31536000, immutable");
+    } else {
+        set(&mut response, "cache-control", "no-cache");
+    }
+    response
+}
+
+fn etag(outcome: &ReadOutcome) -> String {
+    format!(
+        "\"{}:{}:{}{}\"",
+        outcome.incarnation,
+        outcome.from,
+        outcome.next,
+        if outcome.at_end() { ":c" } else { "" }
+    )
+}
+
+async fn read(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
+    // A missing or deleted stream answers as such before the query is judged.
+    let meta = state.streams.head(DEFAULT_PROJECT, &name).await?;
+    let query = read_query(request.uri().query())?;
+    let key = stream_key(&state, request.headers())?;
+    match query.live {
+        Some(Live::Sse) => {
+            let offset = query.offset.unwrap_or(OffsetParam::Start);
+            sse::serve(state, name, meta, offset, query.cursor, key).await
+        }
+        Some(Live::LongPoll) => long_poll(state, name, read_from(query.offset), query.cursor, key).await,
+        None => {
+            let from = read_from(query.offset);
+            let outcome = state
+                .streams
+                .read(DEFAULT_PROJECT, &name, from, &key)
+                .await?;
+            if from == ReadFrom::Tail {
+                return Ok(read_response(&outcome, true));
+            }
+            let tag = etag(&outcome);
+            let matches = request
+                .headers()
+                .get("if-none-match")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.split(',').any(|t| t.trim() == tag));
+            if matches {
+                let mut response = with_status(StatusCode::NOT_MODIFIED, empty());
+                set(&mut response, "etag", &tag);
+                return Ok(response);
+            }
+            let mut response = read_response(&outcome, false);
+            set(&mut response, "etag", &tag);
+            Ok(response)
+        }
+    }
+}
+
+async fn long_poll(
+    state: Arc<AppState>,
+    name: String,
+    from: ReadFrom,
+    cursor: Option<u64>,
+    key: StreamKey,
+) -> ApiResult {
+    let _slot = state.live_slot()?;
+    let streams = &state.streams;
+    let mut outcome = streams.read(DEFAULT_PROJECT, &name, from, &key).await?;
+    if outcome.records.is_empty() && !outcome.closed {
+        let waited = streams
+            .wait(
+                DEFAULT_PROJECT,
+                &name,
+                outcome.next,
+                state.config.long_poll_timeout,
+            )
+            .await?;
+        if let WaitOutcome::Ready { .. } = waited {
+            outcome = streams
+                .read(DEFAULT_PROJECT, &name, ReadFrom::Position(outcome.next), &key)
+                .await?;
+        }
+    }
+    if !outcome.records.is_empty() {
+        let mut response = read_response(&outcome, false);
+        set(&mut response, "stream-cursor", cursor_header(&state, cursor));
+        return Ok(response);
+    }
+    let mut response = with_status(StatusCode::NO_CONTENT, empty());
+    set(&mut response, "stream-next-offset", Offset(outcome.next).to_string());
+    set(&mut response, "stream-up-to-date", "true");
+    if outcome.closed {
+        set(&mut response, "stream-closed", "true");
+    } else {
+        set(&mut response, "stream-cursor", cursor_header(&state, cursor));
+    }
+    Ok(response)
+}

@@ -1,0 +1,282 @@
+//! `strata serve`: the HTTP server over one store.
+//!
+//! Start-up opens the store, claims the configured shards (fencing any previous
+//! owner), and listens. SIGTERM or Ctrl-C stops accepting connections, lets
+//! requests in flight finish (live reads are cut after a grace period), then
+//! flushes and stops every shard, so every acknowledged append is durable and
+//! nothing staged is lost silently.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
+use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, ShardName, SystemClock};
+use strata_manifest::RetryPolicy;
+use strata_segments::StreamKey;
+
+use crate::http::subscriptions::Subscriptions;
+use crate::http::{AppState, HttpConfig};
+use crate::registry::Registry;
+use crate::streams::{Streams, StreamsConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("store: {0}")]
+    Store(#[from] strata_engine::store::StoreError),
+    #[error("opening shard {shard}: {source}")]
+    Shard {
+        shard: String,
+        source: strata_engine::EngineError,
+    },
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Usage(String),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    pub listen: SocketAddr,
+    /// Object store: a directory, file:///dir, memory:// or s3://bucket/prefix.
+    #[arg(long, default_value = "./strata-data")]
+    pub store: String,
+    /// Bearer token allowed to use the API (repeatable; none: no authentication).
+    #[arg(long = "auth-token", env = "STRATA_AUTH_TOKEN")]
+    pub auth_tokens: Vec<String>,
+    /// Longest a long-poll (and an idle SSE interval) waits, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    pub long_poll_timeout_ms: u64,
+    /// DEVELOPMENT ONLY: the stream key for raw-route requests that carry none.
+    #[arg(long, env = "STRATA_DEV_DEFAULT_KEY")]
+    pub dev_default_key: Option<String>,
+    /// Allow --dev-default-key on a listen address other than loopback.
+    #[arg(long)]
+    pub allow_dev_key_on_public_address: bool,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub max_body_bytes: usize,
+    /// Largest record, in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub max_record_bytes: usize,
+    /// Open long-poll and SSE requests at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_live_connections: usize,
+    /// Shards (one committer each) the streams are spread over.
+    #[arg(long, default_value_t = 1)]
+    pub shards: usize,
+    /// WAL PUTs in flight per shard.
+    #[arg(long, default_value_t = ShardConfig::default().pipeline_depth)]
+    pub pipeline_depth: usize,
+    /// Minimum gap between WAL flushes of a shard, in milliseconds (cost control).
+    #[arg(long, default_value_t = 0)]
+    pub min_flush_gap_ms: u64,
+    /// Emulated latency added to every PUT, in milliseconds (benchmarks).
+    #[arg(long, default_value_t = 0)]
+    pub emulate_put_latency_ms: u64,
+    /// Emulated latency added to every GET/LIST/HEAD, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub emulate_get_latency_ms: u64,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct S3Args {
+    /// S3 endpoint URL (default: AWS, or AWS_ENDPOINT_URL).
+    #[arg(long)]
+    pub s3_endpoint: Option<String>,
+    #[arg(long)]
+    pub s3_region: Option<String>,
+    #[arg(long)]
+    pub s3_access_key_id: Option<String>,
+    #[arg(long)]
+    pub s3_secret_access_key: Option<String>,
+    /// Allow plain-HTTP S3 endpoints (loopback test servers).
+    #[arg(long)]
+    pub s3_allow_http: bool,
+}
+
+impl S3Args {
+    pub fn options(&self) -> S3Options {
+        S3Options {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            access_key_id: self.s3_access_key_id.clone(),
+            secret_access_key: self.s3_secret_access_key.clone(),
+            allow_http: self.s3_allow_http,
+        }
+    }
+}
+
+pub fn run(args: ServeArgs) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Usage(e.to_string()))?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> Result<(), ServeError> {
+    let dev_default_key = match &args.dev_default_key {
+        Some(text) => {
+            if !args.listen.ip().is_loopback() && !args.allow_dev_key_on_public_address {
+                return Err(ServeError::Usage(
+                    "--dev-default-key is for development: refusing it on a non-loopback address \
+                     (pass --allow-dev-key-on-public-address to override)"
+                        .into(),
+                ));
+            }
+            tracing::warn!("DEVELOPMENT MODE: requests without Stream-Encryption-Key use the --dev-default-key key; never run this in production");
+            eprintln!("strata: WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
+            Some(StreamKey::parse(text).map_err(|e| ServeError::Usage(format!("--dev-default-key: {e}")))?)
+        }
+        None => None,
+    };
+    let options = StoreOptions {
+        s3: args.s3.options(),
+        latency: Latency {
+            put: Duration::from_millis(args.emulate_put_latency_ms),
+            get: Duration::from_millis(args.emulate_get_latency_ms),
+            other: Duration::from_millis(args.emulate_get_latency_ms),
+        },
+    };
+    let store = open_store(&args.store, &options)?;
+    let env = EngineEnv::production(store.clone());
+    let instance = InstanceId(strata_engine::Entropy::bytes16(&OsEntropy));
+    let config = ShardConfig {
+        pipeline_depth: args.pipeline_depth,
+        min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
+        max_append_bytes: args.max_body_bytes.max(args.max_record_bytes),
+        ..ShardConfig::default()
+    };
+    let mut shards = Vec::new();
+    for i in 0..args.shards.max(1) {
+        let name = format!("s{i}");
+        let shard = Shard::open(
+            env.clone(),
+            ShardName::new(&name).expect("valid shard name"),
+            instance,
+            config.clone(),
+        )
+        .await
+        .map_err(|source| ServeError::Shard {
+            shard: name.clone(),
+            source,
+        })?;
+        let report = shard.last_recovery();
+        tracing::info!(shard = %name, epoch = report.epoch, wal_objects = report.wal_objects_applied, streams = report.streams, "shard open");
+        shards.push(shard);
+    }
+    let clock = Arc::new(SystemClock);
+    let registry = Registry::new(store.clone(), RetryPolicy::default(), strata_engine::Clock::now_ms(&SystemClock));
+    let streams = Arc::new(Streams::new(
+        registry,
+        shards.clone(),
+        clock,
+        Arc::new(OsEntropy),
+        StreamsConfig {
+            max_record_bytes: args.max_record_bytes,
+            ..StreamsConfig::default()
+        },
+    ));
+    let state = Arc::new(AppState {
+        streams: streams.clone(),
+        subscriptions: Arc::new(Subscriptions),
+        config: HttpConfig {
+            auth_tokens: args.auth_tokens.clone(),
+            dev_default_key,
+            long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
+            max_body_bytes: args.max_body_bytes,
+            max_live_connections: args.max_live_connections,
+        },
+        live_connections: Default::default(),
+    });
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: args.listen,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| ServeError::Listen {
+        addr: args.listen,
+        source,
+    })?;
+    tracing::info!(%local, store = %args.store, shards = shards.len(), "listening");
+    eprintln!("strata: listening on http://{local} (store {})", args.store);
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (socket, _) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let _ = socket.set_nodelay(true);
+                let state = state.clone();
+                let connection = http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(
+                        TokioIo::new(socket),
+                        service_fn(move |request| crate::http::handle(state.clone(), request)),
+                    );
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    eprintln!("strata: shutting down: finishing requests in flight");
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections were still open after 10 s");
+    }
+    for shard in &shards {
+        shard.shutdown().await;
+    }
+    eprintln!("strata: stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

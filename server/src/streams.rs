@@ -1,0 +1,1065 @@
+//! The stream service: what both HTTP surfaces do to streams, without HTTP.
+//!
+//! It composes the registry (descriptors), the engine's shards (records), the
+//! key check and cipher cache, forks (a fork reads its source chain up to its
+//! base, then its own records; positions are shared with the source), sliding
+//! TTL and absolute expiry (evaluated at request time to the millisecond), and
+//! soft deletion while forks still read through a stream.
+//!
+//! Positions: a stream's records live at positions `base..tail`, where `base`
+//! is 0 for a stream and the fork point for a fork; engine offsets of a stream
+//! are positions minus its base.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strata_engine::{
+    AppendKind, AppendRequest, Clock, EngineError, Entropy, ProducerClaim, ProducerState,
+    ReadLimits, Shard, StreamRef, WaitOutcome,
+};
+use strata_manifest::Versioned;
+use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
+
+use crate::ds::json;
+use crate::registry::{Descriptor, Entry, ForkOrigin, Registry, StreamState, DESCRIPTOR_FORMAT};
+
+/// The project of the raw (Durable Streams) surface.
+pub const DEFAULT_PROJECT: &str = "default";
+/// Most levels a fork chain may have.
+const FORK_DEPTH_MAX: usize = 64;
+/// Most stream ciphers kept derived.
+const CIPHER_CACHE_MAX: usize = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    #[error("stream not found")]
+    NotFound,
+    #[error("stream was deleted and is kept only for its forks")]
+    Gone,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("content type does not match the stream's")]
+    ContentTypeMismatch,
+    #[error("stream is closed")]
+    Closed { tail: u64 },
+    #[error("Stream-Seq must increase")]
+    SeqConflict,
+    #[error("producer epoch is stale")]
+    ProducerStale { current_epoch: u64 },
+    #[error("producer sequence gap")]
+    ProducerGap { expected: u64, received: u64 },
+    #[error("a new producer epoch must start at sequence 0")]
+    ProducerEpochSeq,
+    #[error("the key does not match the stream's key")]
+    WrongKey,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{what} exceeds the limit of {limit} bytes")]
+    TooLarge { what: &'static str, limit: u64 },
+    #[error("the shard is overloaded; retry shortly")]
+    Overloaded,
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<EngineError> for ServiceError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::StreamNotFound | EngineError::StaleIncarnation => ServiceError::NotFound,
+            EngineError::WrongKey => ServiceError::WrongKey,
+            EngineError::StreamClosed { next_offset } => ServiceError::Closed { tail: next_offset },
+            EngineError::ProducerStaleEpoch { current_epoch } => {
+                ServiceError::ProducerStale { current_epoch }
+            }
+            EngineError::ProducerNewEpochNeedsSeqZero => ServiceError::ProducerEpochSeq,
+            EngineError::ProducerSeqGap { expected, received } => {
+                ServiceError::ProducerGap { expected, received }
+            }
+            EngineError::StreamSeqConflict => ServiceError::SeqConflict,
+            EngineError::EmptyAppend => ServiceError::BadRequest("empty append".into()),
+            EngineError::TooLarge { what, limit, .. } => ServiceError::TooLarge { what, limit },
+            EngineError::Page(p) => ServiceError::BadRequest(p.to_string()),
+            EngineError::Overloaded => ServiceError::Overloaded,
+            EngineError::Unavailable { reason } => ServiceError::Unavailable(reason),
+            EngineError::OutcomeUnknown => ServiceError::Unavailable(
+                "the write's outcome is unknown; check the stream before retrying".into(),
+            ),
+            EngineError::Fenced => {
+                ServiceError::Unavailable("this server no longer owns the stream's shard".into())
+            }
+            EngineError::ShuttingDown => ServiceError::Unavailable("shutting down".into()),
+            e @ (EngineError::PageAuthentication { .. }
+            | EngineError::Corrupt { .. }
+            | EngineError::Store { .. }) => ServiceError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<crate::registry::RegistryError> for ServiceError {
+    fn from(e: crate::registry::RegistryError) -> Self {
+        match e {
+            strata_manifest::CasError::Conflict { .. } => {
+                ServiceError::Unavailable("the stream changed concurrently; retry".into())
+            }
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The media type of a content type: parameters dropped, trimmed, lower case.
+pub fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+pub fn is_json(content_type: &str) -> bool {
+    media_type(content_type) == "application/json"
+}
+
+/// How a stream expires.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Expiry {
+    pub ttl_seconds: Option<u64>,
+    /// As given, and its instant.
+    pub expires_at: Option<(String, u64)>,
+}
+
+/// A fork request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkSpec {
+    pub source: String,
+    pub offset: Option<u64>,
+    pub sub_offset: u64,
+}
+
+/// A create request.
+#[derive(Debug, Clone)]
+pub struct CreateSpec {
+    /// `None`: the default (or, for a fork, the source's).
+    pub content_type: Option<String>,
+    pub expiry: Expiry,
+    pub closed: bool,
+    pub body: Bytes,
+    pub fork: Option<ForkSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateOutcome {
+    pub created: bool,
+    pub content_type: String,
+    pub tail: u64,
+    pub closed: bool,
+}
+
+/// An append request.
+#[derive(Debug, Clone)]
+pub struct AppendSpec {
+    pub content_type: Option<String>,
+    pub body: Bytes,
+    pub producer: Option<ProducerClaim>,
+    pub stream_seq: Option<Bytes>,
+    pub close: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendResult {
+    Appended,
+    Duplicate(ProducerState),
+    AlreadyClosed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendOutcome {
+    pub result: AppendResult,
+    pub tail: u64,
+    pub closed: bool,
+}
+
+/// A stream's metadata (HEAD).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamMeta {
+    pub content_type: String,
+    pub tail: u64,
+    pub closed: bool,
+    pub ttl_seconds: Option<u64>,
+    pub expires_at: Option<String>,
+    pub incarnation: u64,
+}
+
+/// One record read back, at its position.
+#[derive(Debug, Clone)]
+pub struct ReadRecord {
+    pub position: u64,
+    pub payload: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadOutcome {
+    pub records: Vec<ReadRecord>,
+    pub from: u64,
+    pub next: u64,
+    pub tail: u64,
+    pub closed: bool,
+    pub content_type: String,
+    pub incarnation: u64,
+}
+
+impl ReadOutcome {
+    pub fn up_to_date(&self) -> bool {
+        self.next >= self.tail
+    }
+
+    /// Closed and read to the end: nothing more will ever come.
+    pub fn at_end(&self) -> bool {
+        self.closed && self.up_to_date()
+    }
+}
+
+/// Where a read starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    Start,
+    Tail,
+    Position(u64),
+}
+
+/// Told about changes, for subscriptions.
+pub trait StreamObserver: Send + Sync {
+    fn appended(&self, project: &str, name: &str);
+    fn deleted(&self, project: &str, name: &str);
+}
+
+/// Tunables of the service.
+#[derive(Debug, Clone)]
+pub struct StreamsConfig {
+    pub max_record_bytes: usize,
+    /// Bytes of payload a catch-up read returns at most (one record may exceed it).
+    pub read_chunk_bytes: usize,
+    pub default_content_type: String,
+}
+
+impl Default for StreamsConfig {
+    fn default() -> Self {
+        StreamsConfig {
+            max_record_bytes: 32 << 20,
+            read_chunk_bytes: 4 << 20,
+            default_content_type: "application/octet-stream".into(),
+        }
+    }
+}
+
+/// A live stream resolved for one request.
+struct Level {
+    stream: StreamRef,
+    shard: Shard,
+    cipher: Arc<StreamCipher>,
+    base: u64,
+    /// Positions at or above this belong to the level above (the fork).
+    cap: u64,
+}
+
+pub struct Streams {
+    registry: Registry,
+    shards: Vec<Shard>,
+    ciphers: Mutex<HashMap<([u8; 16], u64), Arc<StreamCipher>>>,
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn Entropy>,
+    config: StreamsConfig,
+    observer: OnceLock<Arc<dyn StreamObserver>>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Streams {
+    pub fn new(
+        registry: Registry,
+        shards: Vec<Shard>,
+        clock: Arc<dyn Clock>,
+        entropy: Arc<dyn Entropy>,
+        config: StreamsConfig,
+    ) -> Self {
+        assert!(!shards.is_empty(), "at least one shard");
+        Streams {
+            registry,
+            shards,
+            ciphers: Mutex::new(HashMap::new()),
+            clock,
+            entropy,
+            config,
+            observer: OnceLock::new(),
+        }
+    }
+
+    pub fn set_observer(&self, observer: Arc<dyn StreamObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    pub fn config(&self) -> &StreamsConfig {
+        &self.config
+    }
+
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub fn random_bytes16(&self) -> [u8; 16] {
+        self.entropy.bytes16()
+    }
+
+    fn shard_for(&self, id: &[u8; 16]) -> &Shard {
+        let n = u64::from_le_bytes(id[..8].try_into().expect("8 bytes"));
+        &self.shards[(n % self.shards.len() as u64) as usize]
+    }
+
+    fn stream_ref(desc: &Descriptor) -> Result<StreamRef, ServiceError> {
+        let id = desc
+            .stream_id_bytes()
+            .ok_or_else(|| ServiceError::Internal("descriptor stream id".into()))?;
+        Ok(StreamRef {
+            id,
+            incarnation: desc.incarnation,
+        })
+    }
+
+    /// The cipher of a stream for `key`, refusing a wrong key (constant time)
+    /// before anything is decrypted.
+    fn cipher(&self, desc: &Descriptor, key: &StreamKey) -> Result<Arc<StreamCipher>, ServiceError> {
+        let stream = Self::stream_ref(desc)?;
+        let cache_key = (stream.id, stream.incarnation);
+        if let Some(found) = self.ciphers.lock().get(&cache_key) {
+            if found.has_key(key) {
+                return Ok(found.clone());
+            }
+        }
+        let epoch = desc
+            .epoch_bytes()
+            .ok_or_else(|| ServiceError::Internal("descriptor epoch".into()))?;
+        let fingerprint = desc
+            .fingerprint_bytes()
+            .ok_or_else(|| ServiceError::Internal("descriptor fingerprint".into()))?;
+        let cipher = Arc::new(StreamCipher::new(StreamEpoch(epoch), key.clone()));
+        if !cipher.matches_fingerprint(&fingerprint) {
+            return Err(ServiceError::WrongKey);
+        }
+        let mut cache = self.ciphers.lock();
+        if cache.len() >= CIPHER_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(cache_key, cipher.clone());
+        Ok(cipher)
+    }
+
+    /// The live descriptor of a name, expiring it first if its time is up.
+    async fn live(
+        &self,
+        project: &str,
+        name: &str,
+    ) -> Result<(Arc<Entry>, Arc<Versioned<Descriptor>>), ServiceError> {
+        let entry = self.registry.entry(project, name);
+        let desc = entry.load().await?.ok_or(ServiceError::NotFound)?;
+        match desc.value.state {
+            StreamState::Deleted => return Err(ServiceError::NotFound),
+            StreamState::SoftDeleted => return Err(ServiceError::Gone),
+            StreamState::Live => {}
+        }
+        if desc.value.expired_at(self.now_ms(), entry.last_access_ms()) {
+            let _guard = entry.changes.lock().await;
+            if let Some(current) = entry.load().await? {
+                if current.value.is_live() {
+                    self.retire(project, &entry, &current).await?;
+                }
+            }
+            return Err(ServiceError::NotFound);
+        }
+        Ok((entry, desc))
+    }
+
+    /// The levels a read of `desc` walks: the stream, then its fork sources.
+    async fn chain(
+        &self,
+        project: &str,
+        desc: Arc<Versioned<Descriptor>>,
+        key: &StreamKey,
+    ) -> Result<Vec<Level>, ServiceError> {
+        let mut levels: Vec<Level> = Vec::new();
+        let mut current = desc;
+        let mut cap = u64::MAX;
+        for _ in 0..FORK_DEPTH_MAX {
+            let stream = Self::stream_ref(&current.value)?;
+            let shard = self.shard_for(&stream.id).clone();
+            let cipher = self.cipher(&current.value, key)?;
+            let base = current.value.fork.as_ref().map_or(0, |f| f.base);
+            let origin = current.value.fork.clone();
+            levels.push(Level {
+                stream,
+                shard,
+                cipher,
+                base,
+                cap,
+            });
+            let Some(origin) = origin else {
+                return Ok(levels);
+            };
+            cap = base;
+            let source = self
+                .registry
+                .entry(project, &origin.source)
+                .load()
+                .await?
+                .filter(|s| {
+                    s.value.incarnation == origin.source_incarnation
+                        && s.value.state != StreamState::Deleted
+                })
+                .ok_or_else(|| ServiceError::Internal("a fork's source is gone".into()))?;
+            current = source;
+        }
+        Err(ServiceError::Internal("fork chain too deep".into()))
+    }
+
+    /// The durable tail position and closed flag of a chain's top level.
+    fn tail_of(level: &Level) -> Result<(u64, bool), ServiceError> {
+        let info = level
+            .shard
+            .stream_info(&level.stream)
+            .ok_or(ServiceError::NotFound)?;
+        Ok((
+            level.base + info.tail.next_offset,
+            info.tail.status == strata_engine::shard::StreamStatus::Closed,
+        ))
+    }
+
+    /// Reads records from `from` across the chain (deepest source first).
+    fn read_chain(
+        levels: &[Level],
+        from: u64,
+        tail: u64,
+        max_bytes: usize,
+    ) -> Result<(Vec<ReadRecord>, Vec<bool>, u64), ServiceError> {
+        let mut out = Vec::new();
+        let mut starts = Vec::new();
+        let mut position = from;
+        let mut bytes = 0usize;
+        for (depth, level) in levels.iter().enumerate().rev() {
+            let end = if depth == 0 { tail } else { level.cap };
+            if position >= end {
+                continue;
+            }
+            if position < level.base {
+                return Err(ServiceError::Internal(format!(
+                    "position {position} lies below fork base {} with nothing to read it from",
+                    level.base
+                )));
+            }
+            while position < end && (out.is_empty() || bytes < max_bytes) {
+                let limits = ReadLimits {
+                    max_records: (end - position).min(10_000) as usize,
+                    max_bytes: max_bytes.saturating_sub(bytes).max(1),
+                };
+                let batch = level.shard.read(
+                    &level.stream,
+                    position - level.base,
+                    limits,
+                    &level.cipher,
+                    None,
+                )?;
+                if batch.records.is_empty() {
+                    break;
+                }
+                for record in batch.records {
+                    let at = level.base + record.offset;
+                    if at >= end {
+                        break;
+                    }
+                    bytes += record.payload.len();
+                    starts.push(record.append_start);
+                    out.push(ReadRecord {
+                        position: at,
+                        payload: record.payload,
+                    });
+                    position = at + 1;
+                }
+            }
+            if !out.is_empty() && bytes >= max_bytes {
+                break;
+            }
+        }
+        Ok((out, starts, position))
+    }
+
+    // ------------------------------------------------------------------ create
+
+    pub async fn create(
+        &self,
+        project: &str,
+        name: &str,
+        spec: CreateSpec,
+        key: &StreamKey,
+    ) -> Result<CreateOutcome, ServiceError> {
+        let entry = self.registry.entry(project, name);
+        let _guard = entry.changes.lock().await;
+        let mut current = entry.load().await?;
+        let now = self.now_ms();
+        if let Some(existing) = current.clone() {
+            match existing.value.state {
+                StreamState::SoftDeleted => {
+                    return Err(ServiceError::Conflict(
+                        "the stream was deleted and is still read by forks".into(),
+                    ))
+                }
+                StreamState::Live if existing.value.expired_at(now, entry.last_access_ms()) => {
+                    self.retire(project, &entry, &existing).await?;
+                    current = entry.load().await?;
+                }
+                StreamState::Live => return self.confirm(project, &existing, &spec, key).await,
+                StreamState::Deleted => {}
+            }
+        }
+        if current
+            .as_ref()
+            .is_some_and(|c| c.value.state != StreamState::Deleted)
+        {
+            // Retired into a soft-deleted stream (forks still read it).
+            return Err(ServiceError::Conflict(
+                "the stream expired and is still read by forks".into(),
+            ));
+        }
+        let incarnation = current.as_ref().map_or(1, |c| c.value.incarnation + 1);
+
+        // Resolve a fork before anything is written.
+        let fork = match &spec.fork {
+            Some(fork) => Some(self.resolve_fork(project, fork, &spec, key).await?),
+            None => None,
+        };
+        let content_type = match (&spec.content_type, &fork) {
+            (Some(ct), _) => ct.clone(),
+            (None, Some(f)) => f.source.value.content_type.clone(),
+            (None, None) => self.config.default_content_type.clone(),
+        };
+        let records = self.records_of(&content_type, &spec.body, true)?;
+        let expiry = match (&fork, spec.expiry.ttl_seconds, &spec.expiry.expires_at) {
+            (Some(f), None, None) => Expiry {
+                ttl_seconds: f.source.value.ttl_seconds,
+                expires_at: f
+                    .source
+                    .value
+                    .expires_at
+                    .clone()
+                    .zip(f.source.value.expires_at_ms),
+            },
+            _ => spec.expiry.clone(),
+        };
+        let id = strata_engine::stream_id(project, name);
+        let epoch = StreamEpoch(self.entropy.bytes16());
+        let cipher = Arc::new(StreamCipher::new(epoch, key.clone()));
+        let desc = Descriptor {
+            format: DESCRIPTOR_FORMAT,
+            project: project.to_string(),
+            name: name.to_string(),
+            stream_id: hex(&id),
+            incarnation,
+            epoch: hex(&epoch.0),
+            key_fingerprint: hex(&cipher.fingerprint()),
+            content_type: content_type.clone(),
+            created_ms: now,
+            ttl_seconds: expiry.ttl_seconds,
+            expires_at: expiry.expires_at.as_ref().map(|(text, _)| text.clone()),
+            expires_at_ms: expiry.expires_at.as_ref().map(|(_, ms)| *ms),
+            created_closed: spec.closed,
+            fork: fork.as_ref().map(|f| f.origin.clone()),
+            fork_refs: 0,
+            state: StreamState::Live,
+            write_token: hex(&self.entropy.bytes16()),
+        };
+        if let Some(f) = &fork {
+            self.adjust_fork_refs(project, &f.origin.source, f.origin.source_incarnation, 1)
+                .await?;
+        }
+        let written = match entry.store(current.as_deref(), desc).await {
+            Ok(w) => w,
+            Err(e) => {
+                if let Some(f) = &fork {
+                    let _ = self
+                        .release_source(project, &f.origin.source, f.origin.source_incarnation)
+                        .await;
+                }
+                return Err(e.into());
+            }
+        };
+        let stream = StreamRef { id, incarnation };
+        let shard = self.shard_for(&id).clone();
+        shard.create_stream(stream, &cipher).await?;
+        let mut own = Vec::new();
+        if let Some(prefix) = fork.as_ref().and_then(|f| f.prefix.clone()) {
+            own.push(prefix);
+        }
+        own.extend(records);
+        if !own.is_empty() || spec.closed {
+            let mut request = AppendRequest::new(stream, cipher, own);
+            request.close = spec.closed;
+            shard.append(request).await?;
+        }
+        entry.touch(now);
+        let base = written.value.fork.as_ref().map_or(0, |f| f.base);
+        let info = shard.stream_info(&stream).ok_or(ServiceError::NotFound)?;
+        if info.tail.next_offset > 0 {
+            self.notify_appended(project, name);
+        }
+        Ok(CreateOutcome {
+            created: true,
+            content_type,
+            tail: base + info.tail.next_offset,
+            closed: spec.closed,
+        })
+    }
+
+    /// An existing live stream met by a create: the same configuration is
+    /// confirmed (200), another one conflicts (409).
+    async fn confirm(
+        &self,
+        project: &str,
+        existing: &Arc<Versioned<Descriptor>>,
+        spec: &CreateSpec,
+        key: &StreamKey,
+    ) -> Result<CreateOutcome, ServiceError> {
+        let d = &existing.value;
+        let content_type_same = match &spec.content_type {
+            Some(ct) => media_type(ct) == media_type(&d.content_type),
+            None => spec.fork.is_some() || media_type(&d.content_type) == media_type(&self.config.default_content_type),
+        };
+        let fork_same = match (&spec.fork, &d.fork) {
+            (None, None) => true,
+            (Some(want), Some(have)) => {
+                want.source == have.source
+                    && want.sub_offset == have.sub_offset
+                    && (want.offset.is_none() || want.offset == have.requested_offset)
+            }
+            _ => false,
+        };
+        let expiry_same = if spec.fork.is_some()
+            && spec.expiry.ttl_seconds.is_none()
+            && spec.expiry.expires_at.is_none()
+        {
+            true
+        } else {
+            spec.expiry.ttl_seconds == d.ttl_seconds
+                && spec.expiry.expires_at.as_ref().map(|(t, _)| t) == d.expires_at.as_ref()
+        };
+        if !(content_type_same && fork_same && expiry_same && spec.closed == d.created_closed) {
+            return Err(ServiceError::Conflict(
+                "a stream with another configuration exists at this name".into(),
+            ));
+        }
+        let levels = self.chain(project, existing.clone(), key).await?;
+        let (tail, closed) = Self::tail_of(&levels[0])?;
+        Ok(CreateOutcome {
+            created: false,
+            content_type: d.content_type.clone(),
+            tail,
+            closed,
+        })
+    }
+
+    fn records_of(
+        &self,
+        content_type: &str,
+        body: &Bytes,
+        allow_empty_array: bool,
+    ) -> Result<Vec<Bytes>, ServiceError> {
+        let records = if body.is_empty() {
+            Vec::new()
+        } else if is_json(content_type) {
+            let records = json::records_from_body(body)
+                .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+            if records.is_empty() && !allow_empty_array {
+                return Err(ServiceError::BadRequest(
+                    "an empty JSON array appends nothing".into(),
+                ));
+            }
+            records
+        } else {
+            vec![body.clone()]
+        };
+        if let Some(big) = records.iter().find(|r| r.len() > self.config.max_record_bytes) {
+            let _ = big;
+            return Err(ServiceError::TooLarge {
+                what: "a record",
+                limit: self.config.max_record_bytes as u64,
+            });
+        }
+        Ok(records)
+    }
+
+    async fn resolve_fork(
+        &self,
+        project: &str,
+        fork: &ForkSpec,
+        spec: &CreateSpec,
+        key: &StreamKey,
+    ) -> Result<ResolvedFork, ServiceError> {
+        let source = match self.live(project, &fork.source).await {
+            Ok((_, desc)) => desc,
+            Err(ServiceError::Gone) => {
+                return Err(ServiceError::Conflict(
+                    "the fork source was deleted and is kept only for its forks".into(),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(ct) = &spec.content_type {
+            if media_type(ct) != media_type(&source.value.content_type) {
+                return Err(ServiceError::Conflict(
+                    "a fork's content type must be its source's".into(),
+                ));
+            }
+        }
+        let levels = self.chain(project, source.clone(), key).await?;
+        let (tail, _) = Self::tail_of(&levels[0])?;
+        let offset = fork.offset.unwrap_or(tail);
+        if offset > tail {
+            return Err(ServiceError::BadRequest(
+                "Stream-Fork-Offset is beyond the source's tail".into(),
+            ));
+        }
+        let mut base = offset;
+        let mut prefix = None;
+        if fork.sub_offset > 0 {
+            let n = fork.sub_offset;
+            let (records, starts, _) = Self::read_chain(&levels, offset, tail, usize::MAX)?;
+            let first_batch = records
+                .iter()
+                .zip(&starts)
+                .enumerate()
+                .take_while(|(i, (_, start))| *i == 0 || !**start)
+                .count() as u64;
+            if first_batch == 0 {
+                return Err(ServiceError::BadRequest(
+                    "Stream-Fork-Sub-Offset needs a record after the fork offset".into(),
+                ));
+            }
+            if is_json(&source.value.content_type) {
+                if n > first_batch {
+                    return Err(ServiceError::BadRequest(
+                        "Stream-Fork-Sub-Offset is past the end of the append".into(),
+                    ));
+                }
+                base = offset + n;
+            } else {
+                let record = &records[0].payload;
+                if n > record.len() as u64 {
+                    return Err(ServiceError::BadRequest(
+                        "Stream-Fork-Sub-Offset is past the end of the record".into(),
+                    ));
+                }
+                prefix = Some(record.slice(..n as usize));
+            }
+        }
+        Ok(ResolvedFork {
+            origin: ForkOrigin {
+                source: fork.source.clone(),
+                source_incarnation: source.value.incarnation,
+                base,
+                requested_offset: fork.offset,
+                sub_offset: fork.sub_offset,
+            },
+            source,
+            prefix,
+        })
+    }
+
+    /// Adds `delta` to a source's fork count.
+    async fn adjust_fork_refs(
+        &self,
+        project: &str,
+        source: &str,
+        incarnation: u64,
+        delta: i64,
+    ) -> Result<Option<Arc<Versioned<Descriptor>>>, ServiceError> {
+        let entry = self.registry.entry(project, source);
+        let _guard = entry.changes.lock().await;
+        let Some(current) = entry.load().await? else {
+            return Ok(None);
+        };
+        if current.value.incarnation != incarnation || current.value.state == StreamState::Deleted {
+            return Ok(None);
+        }
+        let mut next = current.value.clone();
+        next.fork_refs = next.fork_refs.saturating_add_signed(delta);
+        next.write_token = hex(&self.entropy.bytes16());
+        Ok(Some(entry.store(Some(&current), next).await?))
+    }
+
+    /// A fork went away: the source loses a reference, and if it was soft
+    /// deleted and that was the last one, it is deleted too (and so on up).
+    async fn release_source(
+        &self,
+        project: &str,
+        source: &str,
+        incarnation: u64,
+    ) -> Result<(), ServiceError> {
+        let mut next = Some((source.to_string(), incarnation));
+        for _ in 0..FORK_DEPTH_MAX {
+            let Some((name, incarnation)) = next.take() else {
+                return Ok(());
+            };
+            let entry = self.registry.entry(project, &name);
+            let _guard = entry.changes.lock().await;
+            let Some(current) = entry.load().await? else {
+                return Ok(());
+            };
+            if current.value.incarnation != incarnation || current.value.state == StreamState::Deleted {
+                return Ok(());
+            }
+            let mut updated = current.value.clone();
+            updated.fork_refs = updated.fork_refs.saturating_sub(1);
+            updated.write_token = hex(&self.entropy.bytes16());
+            if updated.fork_refs == 0 && updated.state == StreamState::SoftDeleted {
+                updated.state = StreamState::Deleted;
+                entry.store(Some(&current), updated.clone()).await?;
+                self.drop_engine_stream(&updated).await;
+                self.notify_deleted(project, &name);
+                next = updated
+                    .fork
+                    .as_ref()
+                    .map(|f| (f.source.clone(), f.source_incarnation));
+            } else {
+                entry.store(Some(&current), updated).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn drop_engine_stream(&self, desc: &Descriptor) {
+        if let Ok(stream) = Self::stream_ref(desc) {
+            if let Err(e) = self.shard_for(&stream.id).delete_stream(stream).await {
+                if e != EngineError::StreamNotFound {
+                    tracing::warn!(name = %desc.name, error = %e, "deleting the stream's records failed; its data stays until reclaimed");
+                }
+            }
+        }
+    }
+
+    /// Ends a live stream (delete, or expiry) with the entry's lock held: a
+    /// soft delete while forks read it, otherwise a tombstone.
+    async fn retire(
+        &self,
+        project: &str,
+        entry: &Entry,
+        current: &Arc<Versioned<Descriptor>>,
+    ) -> Result<(), ServiceError> {
+        let mut next = current.value.clone();
+        next.write_token = hex(&self.entropy.bytes16());
+        if next.fork_refs > 0 {
+            next.state = StreamState::SoftDeleted;
+            entry.store(Some(current), next).await?;
+            return Ok(());
+        }
+        next.state = StreamState::Deleted;
+        entry.store(Some(current), next.clone()).await?;
+        self.drop_engine_stream(&next).await;
+        self.notify_deleted(project, &next.name);
+        if let Some(origin) = &next.fork {
+            self.release_source(project, &origin.source, origin.source_incarnation)
+                .await?;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ delete
+
+    pub async fn delete(&self, project: &str, name: &str) -> Result<(), ServiceError> {
+        let (entry, _) = self.live(project, name).await?;
+        let _guard = entry.changes.lock().await;
+        let current = entry.load().await?.ok_or(ServiceError::NotFound)?;
+        match current.value.state {
+            StreamState::Live => self.retire(project, &entry, &current).await,
+            StreamState::SoftDeleted => Err(ServiceError::Gone),
+            StreamState::Deleted => Err(ServiceError::NotFound),
+        }
+    }
+
+    // ------------------------------------------------------------------ append
+
+    pub async fn append(
+        &self,
+        project: &str,
+        name: &str,
+        spec: AppendSpec,
+        key: &StreamKey,
+    ) -> Result<AppendOutcome, ServiceError> {
+        let (entry, desc) = self.live(project, name).await?;
+        let cipher = self.cipher(&desc.value, key)?;
+        let stream = Self::stream_ref(&desc.value)?;
+        let shard = self.shard_for(&stream.id);
+        let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
+        let records = if spec.body.is_empty() {
+            Vec::new()
+        } else {
+            let matches = spec
+                .content_type
+                .as_deref()
+                .is_some_and(|ct| media_type(ct) == media_type(&desc.value.content_type));
+            if !matches {
+                // A closed stream answers as closed first.
+                if let Some(info) = shard.stream_info(&stream) {
+                    if info.tail.status == strata_engine::shard::StreamStatus::Closed {
+                        return Err(ServiceError::Closed {
+                            tail: base + info.tail.next_offset,
+                        });
+                    }
+                }
+                return Err(ServiceError::ContentTypeMismatch);
+            }
+            self.records_of(&desc.value.content_type, &spec.body, false)?
+        };
+        let appended_records = !records.is_empty();
+        let mut request = AppendRequest::new(stream, cipher, records);
+        request.producer = spec.producer;
+        request.stream_seq = spec.stream_seq;
+        request.close = spec.close;
+        let ack = shard.append(request).await.map_err(|e| match e {
+            EngineError::StreamClosed { next_offset } => ServiceError::Closed {
+                tail: base + next_offset,
+            },
+            other => other.into(),
+        })?;
+        entry.touch(self.now_ms());
+        if appended_records && ack.kind == AppendKind::Appended {
+            self.notify_appended(project, name);
+        }
+        let result = match ack.kind {
+            AppendKind::Appended => AppendResult::Appended,
+            AppendKind::Duplicate(state) => AppendResult::Duplicate(state),
+            AppendKind::AlreadyClosed => AppendResult::AlreadyClosed,
+        };
+        let closed = ack.closed
+            || shard
+                .stream_info(&stream)
+                .is_some_and(|i| i.tail.status == strata_engine::shard::StreamStatus::Closed);
+        Ok(AppendOutcome {
+            result,
+            tail: base + ack.next_offset,
+            closed,
+        })
+    }
+
+    // -------------------------------------------------------------------- read
+
+    pub async fn head(&self, project: &str, name: &str) -> Result<StreamMeta, ServiceError> {
+        let (_, desc) = self.live(project, name).await?;
+        let stream = Self::stream_ref(&desc.value)?;
+        let info = self
+            .shard_for(&stream.id)
+            .stream_info(&stream)
+            .ok_or(ServiceError::NotFound)?;
+        let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
+        Ok(StreamMeta {
+            content_type: desc.value.content_type.clone(),
+            tail: base + info.tail.next_offset,
+            closed: info.tail.status == strata_engine::shard::StreamStatus::Closed,
+            ttl_seconds: desc.value.ttl_seconds,
+            expires_at: desc.value.expires_at.clone(),
+            incarnation: desc.value.incarnation,
+        })
+    }
+
+    /// Reads from a position (renews the sliding TTL of this stream only).
+    pub async fn read(
+        &self,
+        project: &str,
+        name: &str,
+        from: ReadFrom,
+        key: &StreamKey,
+    ) -> Result<ReadOutcome, ServiceError> {
+        let (entry, desc) = self.live(project, name).await?;
+        let levels = self.chain(project, desc.clone(), key).await?;
+        let (tail, closed) = Self::tail_of(&levels[0])?;
+        let from = match from {
+            ReadFrom::Start => 0,
+            ReadFrom::Tail => tail,
+            ReadFrom::Position(p) if p > tail => {
+                return Err(ServiceError::BadRequest(
+                    "offset is beyond the stream's tail".into(),
+                ))
+            }
+            ReadFrom::Position(p) => p,
+        };
+        let (records, _, next) = Self::read_chain(&levels, from, tail, self.config.read_chunk_bytes)?;
+        entry.touch(self.now_ms());
+        Ok(ReadOutcome {
+            records,
+            from,
+            next: next.max(from),
+            tail,
+            closed,
+            content_type: desc.value.content_type.clone(),
+            incarnation: desc.value.incarnation,
+        })
+    }
+
+    /// Waits until the stream has records at or past `position`, is closed, or
+    /// `timeout` passes. Only the stream's own appends wake it (never its
+    /// source's).
+    pub async fn wait(
+        &self,
+        project: &str,
+        name: &str,
+        position: u64,
+        timeout: Duration,
+    ) -> Result<WaitOutcome, ServiceError> {
+        let (entry, desc) = self.live(project, name).await?;
+        let stream = Self::stream_ref(&desc.value)?;
+        let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
+        let shard = self.shard_for(&stream.id);
+        let own = position.saturating_sub(base);
+        let outcome = shard.wait_for(&stream, own, timeout).await?;
+        entry.touch(self.now_ms());
+        Ok(match outcome {
+            WaitOutcome::Ready { tail, closed } => WaitOutcome::Ready {
+                tail: base + tail,
+                closed,
+            },
+            WaitOutcome::TimedOut { tail } => WaitOutcome::TimedOut { tail: base + tail },
+        })
+    }
+
+    /// Renews a stream's sliding TTL.
+    pub async fn touch(&self, project: &str, name: &str) -> Result<(), ServiceError> {
+        let (entry, _) = self.live(project, name).await?;
+        entry.touch(self.now_ms());
+        Ok(())
+    }
+
+    fn notify_appended(&self, project: &str, name: &str) {
+        if let Some(observer) = self.observer.get() {
+            observer.appended(project, name);
+        }
+    }
+
+    fn notify_deleted(&self, project: &str, name: &str) {
+        if let Some(observer) = self.observer.get() {
+            observer.deleted(project, name);
+        }
+    }
+}
+
+struct ResolvedFork {
+    origin: ForkOrigin,
+    source: Arc<Versioned<Descriptor>>,
+    /// A binary sub-offset's slice, the fork's first own record.
+    prefix: Option<Bytes>,
+}
