@@ -23,7 +23,7 @@ log="$store.log"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 # A fixed development key: the suite sends no Stream-Encryption-Key.
 "$STRATA_BIN" serve --listen "127.0.0.1:$port" --store "$store" \
-    --long-poll-timeout-ms 500 \
+    --long-poll-timeout-ms 500 --allow-loopback-webhooks \
     --dev-default-key "c3RyYXRhLWNvbmZvcm1hbmNlLWRldi1rZXktMzJiISE" >"$log" 2>&1 &
 server=$!
 cleanup() {

@@ -7,6 +7,7 @@ mod keys;
 mod registry;
 mod serve;
 mod streams;
+mod subscriptions;
 
 use std::process::ExitCode;
 
@@ -39,6 +40,8 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // TLS (S3, webhooks) uses rustls with the ring provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let result = match cli.command {
         Commands::Serve(args) => serve::run(*args).map_err(|e| e.to_string()),

@@ -148,7 +148,8 @@ impl CasCodec for DescriptorCodec {
             return Err(DescriptorError::Format(d.format));
         }
         // Paired with the writer: validate what later code will trust.
-        d.stream_id_bytes().ok_or(DescriptorError::Hex("stream_id"))?;
+        d.stream_id_bytes()
+            .ok_or(DescriptorError::Hex("stream_id"))?;
         d.epoch_bytes().ok_or(DescriptorError::Hex("epoch"))?;
         d.fingerprint_bytes()
             .ok_or(DescriptorError::Hex("key_fingerprint"))?;
@@ -252,6 +253,41 @@ impl Registry {
         }
     }
 
+    /// Names of every stream with a descriptor in `project` (a listing plus one
+    /// read per descriptor; for rare operations such as subscription creation).
+    pub async fn names(&self, project: &str) -> Result<Vec<String>, RegistryError> {
+        use futures::{StreamExt, TryStreamExt};
+        let prefix = object_store::path::Path::from(format!("registry/{project}/streams"));
+        let metas: Vec<_> =
+            self.store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(|source| strata_manifest::CasError::Store {
+                    path: prefix.clone(),
+                    source,
+                })?;
+        let loads = metas.into_iter().map(|meta| {
+            let cas =
+                CasObject::<DescriptorCodec>::new(self.store.clone(), meta.location, self.retry);
+            async move { cas.load().await }
+        });
+        let found: Vec<_> = futures::stream::iter(loads)
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let mut names = Vec::new();
+        for loaded in found {
+            if let Some(d) = loaded? {
+                if d.value.is_live() {
+                    names.push(d.value.name.clone());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// The entry of `name` in `project` (created in the cache on first use).
     pub fn entry(&self, project: &str, name: &str) -> Arc<Entry> {
         let key = (project.to_string(), name.to_string());
@@ -317,7 +353,13 @@ mod tests {
         assert!(entry.store(Some(&first), descriptor(3)).await.is_err());
         let fresh = Registry::new(store, RetryPolicy::default(), 0);
         assert_eq!(
-            fresh.entry("default", "a/b").load().await.unwrap().unwrap().value,
+            fresh
+                .entry("default", "a/b")
+                .load()
+                .await
+                .unwrap()
+                .unwrap()
+                .value,
             second.value
         );
     }

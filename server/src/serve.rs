@@ -19,10 +19,10 @@ use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, ShardN
 use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
-use crate::http::subscriptions::Subscriptions;
 use crate::http::{AppState, HttpConfig};
 use crate::registry::Registry;
 use crate::streams::{Streams, StreamsConfig};
+use crate::subscriptions::{SubscriptionObserver, Subscriptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -71,6 +71,9 @@ pub struct ServeArgs {
     /// Open long-poll and SSE requests at once.
     #[arg(long, default_value_t = 4096)]
     pub max_live_connections: usize,
+    /// Accept plain-HTTP loopback webhook URLs (development and tests only).
+    #[arg(long)]
+    pub allow_loopback_webhooks: bool,
     /// Shards (one committer each) the streams are spread over.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
@@ -138,7 +141,10 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             }
             tracing::warn!("DEVELOPMENT MODE: requests without Stream-Encryption-Key use the --dev-default-key key; never run this in production");
             eprintln!("strata: WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
-            Some(StreamKey::parse(text).map_err(|e| ServeError::Usage(format!("--dev-default-key: {e}")))?)
+            Some(
+                StreamKey::parse(text)
+                    .map_err(|e| ServeError::Usage(format!("--dev-default-key: {e}")))?,
+            )
         }
         None => None,
     };
@@ -178,7 +184,11 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         shards.push(shard);
     }
     let clock = Arc::new(SystemClock);
-    let registry = Registry::new(store.clone(), RetryPolicy::default(), strata_engine::Clock::now_ms(&SystemClock));
+    let registry = Registry::new(
+        store.clone(),
+        RetryPolicy::default(),
+        strata_engine::Clock::now_ms(&SystemClock),
+    );
     let streams = Arc::new(Streams::new(
         registry,
         shards.clone(),
@@ -189,9 +199,16 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             ..StreamsConfig::default()
         },
     ));
+    let subscriptions =
+        Subscriptions::open(streams.clone(), store.clone(), args.allow_loopback_webhooks)
+            .await
+            .map_err(ServeError::Usage)?;
+    streams.set_observer(Arc::new(SubscriptionObserver(Arc::downgrade(
+        &subscriptions,
+    ))));
     let state = Arc::new(AppState {
         streams: streams.clone(),
-        subscriptions: Arc::new(Subscriptions),
+        subscriptions,
         config: HttpConfig {
             auth_tokens: args.auth_tokens.clone(),
             dev_default_key,
@@ -263,13 +280,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -195,10 +195,9 @@ pub struct StreamMeta {
     pub incarnation: u64,
 }
 
-/// One record read back, at its position.
+/// One record read back.
 #[derive(Debug, Clone)]
 pub struct ReadRecord {
-    pub position: u64,
     pub payload: Bytes,
 }
 
@@ -257,6 +256,9 @@ impl Default for StreamsConfig {
     }
 }
 
+/// Derived ciphers by (stream id, incarnation).
+type CipherCache = Mutex<HashMap<([u8; 16], u64), Arc<StreamCipher>>>;
+
 /// A live stream resolved for one request.
 struct Level {
     stream: StreamRef,
@@ -270,7 +272,7 @@ struct Level {
 pub struct Streams {
     registry: Registry,
     shards: Vec<Shard>,
-    ciphers: Mutex<HashMap<([u8; 16], u64), Arc<StreamCipher>>>,
+    ciphers: CipherCache,
     clock: Arc<dyn Clock>,
     entropy: Arc<dyn Entropy>,
     config: StreamsConfig,
@@ -305,14 +307,6 @@ impl Streams {
         let _ = self.observer.set(observer);
     }
 
-    pub fn config(&self) -> &StreamsConfig {
-        &self.config
-    }
-
-    pub fn shards(&self) -> &[Shard] {
-        &self.shards
-    }
-
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
@@ -338,7 +332,11 @@ impl Streams {
 
     /// The cipher of a stream for `key`, refusing a wrong key (constant time)
     /// before anything is decrypted.
-    fn cipher(&self, desc: &Descriptor, key: &StreamKey) -> Result<Arc<StreamCipher>, ServiceError> {
+    fn cipher(
+        &self,
+        desc: &Descriptor,
+        key: &StreamKey,
+    ) -> Result<Arc<StreamCipher>, ServiceError> {
         let stream = Self::stream_ref(desc)?;
         let cache_key = (stream.id, stream.incarnation);
         if let Some(found) = self.ciphers.lock().get(&cache_key) {
@@ -488,7 +486,6 @@ impl Streams {
                     bytes += record.payload.len();
                     starts.push(record.append_start);
                     out.push(ReadRecord {
-                        position: at,
                         payload: record.payload,
                     });
                     position = at + 1;
@@ -639,7 +636,10 @@ impl Streams {
         let d = &existing.value;
         let content_type_same = match &spec.content_type {
             Some(ct) => media_type(ct) == media_type(&d.content_type),
-            None => spec.fork.is_some() || media_type(&d.content_type) == media_type(&self.config.default_content_type),
+            None => {
+                spec.fork.is_some()
+                    || media_type(&d.content_type) == media_type(&self.config.default_content_type)
+            }
         };
         let fork_same = match (&spec.fork, &d.fork) {
             (None, None) => true,
@@ -694,7 +694,10 @@ impl Streams {
         } else {
             vec![body.clone()]
         };
-        if let Some(big) = records.iter().find(|r| r.len() > self.config.max_record_bytes) {
+        if let Some(big) = records
+            .iter()
+            .find(|r| r.len() > self.config.max_record_bytes)
+        {
             let _ = big;
             return Err(ServiceError::TooLarge {
                 what: "a record",
@@ -821,7 +824,9 @@ impl Streams {
             let Some(current) = entry.load().await? else {
                 return Ok(());
             };
-            if current.value.incarnation != incarnation || current.value.state == StreamState::Deleted {
+            if current.value.incarnation != incarnation
+                || current.value.state == StreamState::Deleted
+            {
                 return Ok(());
             }
             let mut updated = current.value.clone();
@@ -998,7 +1003,8 @@ impl Streams {
             }
             ReadFrom::Position(p) => p,
         };
-        let (records, _, next) = Self::read_chain(&levels, from, tail, self.config.read_chunk_bytes)?;
+        let (records, _, next) =
+            Self::read_chain(&levels, from, tail, self.config.read_chunk_bytes)?;
         entry.touch(self.now_ms());
         Ok(ReadOutcome {
             records,
@@ -1037,11 +1043,9 @@ impl Streams {
         })
     }
 
-    /// Renews a stream's sliding TTL.
-    pub async fn touch(&self, project: &str, name: &str) -> Result<(), ServiceError> {
-        let (entry, _) = self.live(project, name).await?;
-        entry.touch(self.now_ms());
-        Ok(())
+    /// Names of the live streams of a project.
+    pub async fn live_names(&self, project: &str) -> Result<Vec<String>, ServiceError> {
+        Ok(self.registry.names(project).await?)
     }
 
     fn notify_appended(&self, project: &str, name: &str) {

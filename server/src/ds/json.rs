@@ -113,18 +113,31 @@ mod tests {
     #[test]
     fn flattens_one_level_and_keeps_exact_text() {
         assert_eq!(texts(r#"{"a": 1}"#), [r#"{"a":1}"#]);
-        assert_eq!(texts(r#" [ {"a" : [1, 2]}, 3 , "x y" ] "#), [r#"{"a":[1,2]}"#, "3", r#""x y""#]);
+        assert_eq!(
+            texts(r#" [ {"a" : [1, 2]}, 3 , "x y" ] "#),
+            [r#"{"a":[1,2]}"#, "3", r#""x y""#]
+        );
         assert_eq!(texts("[[1,2],[3]]"), ["[1,2]", "[3]"]);
         assert!(texts("[]").is_empty());
         assert_eq!(texts(r#""a\"b, c""#), [r#""a\"b, c""#]);
         // Number literals, key order, duplicate keys and escapes are kept.
-        assert_eq!(texts(r#"{"b":1.50,"a":2,"a":3,"e":"\u00e9"}"#), [r#"{"b":1.50,"a":2,"a":3,"e":"\u00e9"}"#]);
+        assert_eq!(
+            texts(r#"{"b":1.50,"a":2,"a":3,"e":"\u00e9"}"#),
+            [r#"{"b":1.50,"a":2,"a":3,"e":"\u00e9"}"#]
+        );
         assert_eq!(texts(r#"["]",{"k":"}"}]"#), [r#""]""#, r#"{"k":"}"}"#]);
     }
 
     #[test]
     fn rejects_invalid_json() {
-        for bad in ["{ invalid json }", "", "[1,]", r#""\ud800""#, "1e999", "[1] x"] {
+        for bad in [
+            "{ invalid json }",
+            "",
+            "[1,]",
+            r#""\ud800""#,
+            "1e999",
+            "[1] x",
+        ] {
             assert!(records_from_body(bad.as_bytes()).is_err(), "{bad:?}");
         }
     }

@@ -61,7 +61,10 @@ mod tests {
     #[test]
     fn round_trip_and_order() {
         assert_eq!(Offset(0).to_string(), "0000000000000000_0000000000000000");
-        assert_eq!(Offset::parse("0000000000000000_0000000000000042"), Ok(Offset(42)));
+        assert_eq!(
+            Offset::parse("0000000000000000_0000000000000042"),
+            Ok(Offset(42))
+        );
         assert!(Offset(9).to_string() < Offset(10).to_string());
         for bad in [
             "",

@@ -50,7 +50,7 @@ pub struct HttpConfig {
 /// Everything a request handler can reach.
 pub struct AppState {
     pub streams: Arc<Streams>,
-    pub subscriptions: Arc<subscriptions::Subscriptions>,
+    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     pub config: HttpConfig,
     pub live_connections: AtomicUsize,
 }
@@ -142,7 +142,9 @@ impl From<ServiceError> for ApiError {
                         crate::ds::offsets::Offset(tail).to_string(),
                     )
             }
-            ServiceError::SeqConflict => ApiError::new(StatusCode::CONFLICT, "seq_conflict", message),
+            ServiceError::SeqConflict => {
+                ApiError::new(StatusCode::CONFLICT, "seq_conflict", message)
+            }
             ServiceError::ProducerStale { current_epoch } => {
                 ApiError::new(StatusCode::FORBIDDEN, "producer_stale_epoch", message)
                     .header("producer-epoch", current_epoch.to_string())
@@ -189,7 +191,10 @@ fn common_headers(headers: &mut HeaderMap) {
         "access-control-expose-headers",
         HeaderValue::from_static(EXPOSE_HEADERS),
     );
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert(
         "cross-origin-resource-policy",
         HeaderValue::from_static("cross-origin"),
@@ -200,8 +205,14 @@ fn preflight() -> Response<Body> {
     let mut response = Response::new(empty());
     *response.status_mut() = StatusCode::NO_CONTENT;
     let h = response.headers_mut();
-    h.insert("access-control-allow-methods", HeaderValue::from_static(ALLOW_METHODS));
-    h.insert("access-control-allow-headers", HeaderValue::from_static(ALLOW_HEADERS));
+    h.insert(
+        "access-control-allow-methods",
+        HeaderValue::from_static(ALLOW_METHODS),
+    );
+    h.insert(
+        "access-control-allow-headers",
+        HeaderValue::from_static(ALLOW_HEADERS),
+    );
     h.insert("access-control-max-age", HeaderValue::from_static("600"));
     response
 }
@@ -218,18 +229,19 @@ fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
         return false;
     };
     // Compare against every token, in constant time each.
-    state
-        .config
-        .auth_tokens
-        .iter()
-        .fold(false, |found, t| found | bool::from(t.as_bytes().ct_eq(token.as_bytes())))
+    state.config.auth_tokens.iter().fold(false, |found, t| {
+        found | bool::from(t.as_bytes().ct_eq(token.as_bytes()))
+    })
 }
 
 /// Reads a request body up to `limit` bytes (413 beyond it).
 pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
@@ -241,8 +253,13 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> 
 }
 
 /// One request, start to finish.
-pub async fn handle(state: Arc<AppState>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    let mut response = route(state, request).await.unwrap_or_else(ApiError::into_response);
+pub async fn handle(
+    state: Arc<AppState>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let mut response = route(state, request)
+        .await
+        .unwrap_or_else(ApiError::into_response);
     common_headers(response.headers_mut());
     Ok(response)
 }
@@ -271,5 +288,9 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
         let name = raw::stream_name(rest)?;
         return raw::handle(state, request, name).await;
     }
-    Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"))
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route",
+    ))
 }

@@ -56,7 +56,10 @@ pub fn stream_name(raw: &str) -> Result<String, ApiError> {
     if name.chars().any(|c| c.is_control()) {
         return Err(invalid("control characters are not allowed"));
     }
-    if name.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+    if name
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
         return Err(invalid("empty, '.' and '..' path segments are not allowed"));
     }
     if name.starts_with("__") {
@@ -96,9 +99,8 @@ fn canonical_integer(text: &str) -> Option<u64> {
 
 fn stream_key(state: &AppState, headers: &HeaderMap) -> Result<StreamKey, ApiError> {
     match header(headers, "stream-encryption-key")? {
-        Some(text) => StreamKey::parse(text).map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_key", e.to_string())
-        }),
+        Some(text) => StreamKey::parse(text)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_key", e.to_string())),
         None => state.config.dev_default_key.clone().ok_or_else(|| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -145,7 +147,9 @@ fn content_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         .map(str::trim)
         .filter(|ct| {
             let media = ct.split(';').next().unwrap_or("").trim();
-            media.split_once('/').is_some_and(|(t, s)| !t.is_empty() && !s.is_empty())
+            media
+                .split_once('/')
+                .is_some_and(|(t, s)| !t.is_empty() && !s.is_empty())
         })
         .map(str::to_string))
 }
@@ -231,13 +235,21 @@ async fn create(state: Arc<AppState>, request: Request<Incoming>, name: String) 
     };
     let mut response = with_status(status, empty());
     set(&mut response, "content-type", &outcome.content_type);
-    set(&mut response, "stream-next-offset", Offset(outcome.tail).to_string());
+    set(
+        &mut response,
+        "stream-next-offset",
+        Offset(outcome.tail).to_string(),
+    );
     if outcome.closed {
         set(&mut response, "stream-closed", "true");
     }
     if outcome.created {
         let path: String = utf8_percent_encode(&name, NAME_ESCAPES).collect();
-        set(&mut response, "location", format!("http://{host}{PREFIX}{path}"));
+        set(
+            &mut response,
+            "location",
+            format!("http://{host}{PREFIX}{path}"),
+        );
     }
     Ok(response)
 }
@@ -259,7 +271,9 @@ fn producer_claim(headers: &HeaderMap, body: &[u8]) -> Result<Option<ProducerCla
         return Err(ApiError::bad_request("Producer-Id must not be empty"));
     }
     if id.len() > 256 {
-        return Err(ApiError::bad_request("Producer-Id is longer than 256 bytes"));
+        return Err(ApiError::bad_request(
+            "Producer-Id is longer than 256 bytes",
+        ));
     }
     let number = |text: &str, what: &str| {
         text.trim()
@@ -296,7 +310,9 @@ async fn append(state: Arc<AppState>, request: Request<Incoming>, name: String) 
         ));
     }
     if !body.is_empty() && content_type.is_none() {
-        return Err(ApiError::bad_request("an append with a body needs Content-Type"));
+        return Err(ApiError::bad_request(
+            "an append with a body needs Content-Type",
+        ));
     }
     let producer = producer_claim(headers, &body)?;
     let has_body = !body.is_empty();
@@ -316,7 +332,11 @@ async fn append(state: Arc<AppState>, request: Request<Incoming>, name: String) 
         _ => StatusCode::NO_CONTENT,
     };
     let mut response = with_status(status, empty());
-    set(&mut response, "stream-next-offset", Offset(outcome.tail).to_string());
+    set(
+        &mut response,
+        "stream-next-offset",
+        Offset(outcome.tail).to_string(),
+    );
     if outcome.closed {
         set(&mut response, "stream-closed", "true");
     }
@@ -338,7 +358,11 @@ async fn head(state: Arc<AppState>, name: String) -> ApiResult {
     let meta = state.streams.head(DEFAULT_PROJECT, &name).await?;
     let mut response = with_status(StatusCode::OK, empty());
     set(&mut response, "content-type", &meta.content_type);
-    set(&mut response, "stream-next-offset", Offset(meta.tail).to_string());
+    set(
+        &mut response,
+        "stream-next-offset",
+        Offset(meta.tail).to_string(),
+    );
     set(&mut response, "cache-control", "no-store");
     if meta.closed {
         set(&mut response, "stream-closed", "true");
@@ -387,9 +411,9 @@ fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
         return Err(ApiError::bad_request("give offset at most once"));
     }
     let offset = match offsets.pop() {
-        Some(text) => Some(
-            OffsetParam::parse(&text).map_err(|e| ApiError::bad_request(e.to_string()))?,
-        ),
+        Some(text) => {
+            Some(OffsetParam::parse(&text).map_err(|e| ApiError::bad_request(e.to_string()))?)
+        }
         None => None,
     };
     if live.is_some() && offset.is_none() {
@@ -442,7 +466,11 @@ fn cursor_header(state: &AppState, client: Option<u64>) -> String {
 fn read_response(outcome: &ReadOutcome, tail_read: bool) -> Response<Body> {
     let mut response = with_status(StatusCode::OK, full(render(&outcome.content_type, outcome)));
     set(&mut response, "content-type", &outcome.content_type);
-    set(&mut response, "stream-next-offset", Offset(outcome.next).to_string());
+    set(
+        &mut response,
+        "stream-next-offset",
+        Offset(outcome.next).to_string(),
+    );
     if outcome.up_to_date() {
         set(&mut response, "stream-up-to-date", "true");
     }
@@ -453,7 +481,11 @@ fn read_response(outcome: &ReadOutcome, tail_read: bool) -> Response<Body> {
         set(&mut response, "cache-control", "no-store");
     } else if !outcome.up_to_date() || outcome.at_end() {
         // A completed range never changes: caches may keep it.
-        set(&mut response, "cache-control", "public, max-age=31536000, immutable");
+        set(
+            &mut response,
+            "cache-control",
+            "public, max-age=31536000, immutable",
+        );
     } else {
         set(&mut response, "cache-control", "no-cache");
     }
@@ -480,7 +512,9 @@ async fn read(state: Arc<AppState>, request: Request<Incoming>, name: String) ->
             let offset = query.offset.unwrap_or(OffsetParam::Start);
             sse::serve(state, name, meta, offset, query.cursor, key).await
         }
-        Some(Live::LongPoll) => long_poll(state, name, read_from(query.offset), query.cursor, key).await,
+        Some(Live::LongPoll) => {
+            long_poll(state, name, read_from(query.offset), query.cursor, key).await
+        }
         None => {
             let from = read_from(query.offset);
             let outcome = state
@@ -529,22 +563,39 @@ async fn long_poll(
             .await?;
         if let WaitOutcome::Ready { .. } = waited {
             outcome = streams
-                .read(DEFAULT_PROJECT, &name, ReadFrom::Position(outcome.next), &key)
+                .read(
+                    DEFAULT_PROJECT,
+                    &name,
+                    ReadFrom::Position(outcome.next),
+                    &key,
+                )
                 .await?;
         }
     }
     if !outcome.records.is_empty() {
         let mut response = read_response(&outcome, false);
-        set(&mut response, "stream-cursor", cursor_header(&state, cursor));
+        set(
+            &mut response,
+            "stream-cursor",
+            cursor_header(&state, cursor),
+        );
         return Ok(response);
     }
     let mut response = with_status(StatusCode::NO_CONTENT, empty());
-    set(&mut response, "stream-next-offset", Offset(outcome.next).to_string());
+    set(
+        &mut response,
+        "stream-next-offset",
+        Offset(outcome.next).to_string(),
+    );
     set(&mut response, "stream-up-to-date", "true");
     if outcome.closed {
         set(&mut response, "stream-closed", "true");
     } else {
-        set(&mut response, "stream-cursor", cursor_header(&state, cursor));
+        set(
+            &mut response,
+            "stream-cursor",
+            cursor_header(&state, cursor),
+        );
     }
     Ok(response)
 }

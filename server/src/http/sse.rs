@@ -103,7 +103,10 @@ pub async fn serve(
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
-    h.insert("content-type", http::HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        "content-type",
+        http::HeaderValue::from_static("text/event-stream"),
+    );
     h.insert("cache-control", http::HeaderValue::from_static("no-cache"));
     if binary {
         h.insert(
@@ -224,7 +227,10 @@ mod tests {
         assert_eq!(lines(b"a\nb"), "data:a\ndata:b\n");
         assert_eq!(lines(b"a\r\nb"), "data:a\ndata:b\n");
         assert_eq!(lines(b"a\rb"), "data:a\ndata:b\n");
-        assert_eq!(lines(b"a\r\n\r\nevent: control"), "data:a\ndata:\ndata:event: control\n");
+        assert_eq!(
+            lines(b"a\r\n\r\nevent: control"),
+            "data:a\ndata:\ndata:event: control\n"
+        );
         assert_eq!(lines(b""), "data:\n");
         assert_eq!(lines(b"x\n"), "data:x\ndata:\n");
     }
