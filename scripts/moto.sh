@@ -18,7 +18,7 @@ strata_start_moto() {
     STRATA_MOTO_PID=$!
     trap 'kill "$STRATA_MOTO_PID" 2>/dev/null || true' EXIT
     for _ in $(seq 1 200); do
-        if curl -fsS -o /dev/null "http://127.0.0.1:$port/"; then
+        if curl -fs -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null; then
             break
         fi
         sleep 0.1

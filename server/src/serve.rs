@@ -77,6 +77,13 @@ pub struct ServeArgs {
     /// Shards (one committer each) the streams are spread over.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
+    /// Appends a shard queues before answering 429.
+    #[arg(long, default_value_t = ShardConfig::default().ingest_queue_capacity)]
+    pub ingest_queue_capacity: usize,
+    /// Bytes of appends a shard stages or has in flight before it stops taking
+    /// more from its queue (then the queue fills and appends answer 429).
+    #[arg(long, default_value_t = ShardConfig::default().max_pending_bytes)]
+    pub max_pending_bytes: usize,
     /// WAL PUTs in flight per shard.
     #[arg(long, default_value_t = ShardConfig::default().pipeline_depth)]
     pub pipeline_depth: usize,
@@ -160,6 +167,8 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let env = EngineEnv::production(store.clone());
     let instance = InstanceId(strata_engine::Entropy::bytes16(&OsEntropy));
     let config = ShardConfig {
+        ingest_queue_capacity: args.ingest_queue_capacity,
+        max_pending_bytes: args.max_pending_bytes,
         pipeline_depth: args.pipeline_depth,
         min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
         max_append_bytes: args.max_body_bytes.max(args.max_record_bytes),

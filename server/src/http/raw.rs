@@ -68,6 +68,32 @@ pub fn stream_name(raw: &str) -> Result<String, ApiError> {
     Ok(name.into_owned())
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_names() {
+        assert_eq!(stream_name("a%2Fb").unwrap(), "a/b");
+        assert_eq!(stream_name("events/x-1").unwrap(), "events/x-1");
+        for bad in [
+            "", "a//b", "..", "a/./b", "%2E%2E", "a/%2E%2E", "%FF", "__ds", "a%00b", "/a",
+        ] {
+            assert!(stream_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(stream_name(&"x".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn canonical_integers() {
+        assert_eq!(canonical_integer("0"), Some(0));
+        assert_eq!(canonical_integer("60"), Some(60));
+        for bad in ["", "00060", "+60", "60.5", "1e3", "-1", " 1"] {
+            assert_eq!(canonical_integer(bad), None, "{bad:?}");
+        }
+    }
+}
+
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
         None => Ok(None),

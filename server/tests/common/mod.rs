@@ -1,0 +1,81 @@
+//! Runs the real `strata` binary for integration tests.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A development key the test servers use for requests without one.
+pub const DEV_KEY: &str = "dGVzdC1kZXZlbG9wbWVudC1rZXktMzItYnl0ZXMhISE";
+
+/// An HTTP client for tests (rustls needs its crypto provider first).
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `strata serve`.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Starts the binary and waits until it answers /healthz.
+    pub async fn start(store: &str, port: u16, extra: &[&str]) -> Server {
+        let mut args = vec![
+            "serve".to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--store".into(),
+            store.to_string(),
+            "--long-poll-timeout-ms".into(),
+            "500".into(),
+            "--dev-default-key".into(),
+            DEV_KEY.into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("strata starts");
+        let base = format!("http://127.0.0.1:{port}");
+        let client = client();
+        for _ in 0..600 {
+            if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+                if r.status().is_success() {
+                    return Server { child, base };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("strata did not start on port {port}");
+    }
+
+    pub fn url(&self, name: &str) -> String {
+        format!("{}/v1/stream/{name}", self.base)
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill_9(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

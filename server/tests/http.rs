@@ -1,0 +1,416 @@
+//! The HTTP surface's answers to bad input, limits and authentication, over
+//! the real binary: the documented 4xx with a JSON error body, never a 5xx.
+
+mod common;
+
+use common::{client, free_port, Server, DEV_KEY};
+use reqwest::{Method, StatusCode};
+
+const OTHER_KEY: &str = "b3RoZXIta2V5LW9mLXRoaXJ0eS10d28tYnl0ZXMhISE";
+
+async fn error_code(response: reqwest::Response) -> (StatusCode, String) {
+    let status = response.status();
+    let body = response.bytes().await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| panic!("{status}: error body is JSON: {body:?}"));
+    let code = v["error"]["code"].as_str().expect("error.code").to_string();
+    assert!(v["error"]["message"].is_string(), "error.message");
+    (status, code)
+}
+
+#[tokio::test]
+async fn keys_are_required_checked_and_never_confused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path().to_str().unwrap(), free_port(), &[]).await;
+    let c = client();
+    let url = server.url("keyed");
+    let put = |key: &'static str| {
+        c.put(&url)
+            .header("content-type", "text/plain")
+            .header("stream-encryption-key", key)
+    };
+    assert_eq!(put(OTHER_KEY).send().await.unwrap().status(), 201);
+    // The same config with another key: 403, not "exists".
+    let (status, code) = error_code(put(DEV_KEY).send().await.unwrap()).await;
+    assert_eq!((status.as_u16(), code.as_str()), (403, "wrong_key"));
+    let append = c
+        .post(&url)
+        .header("content-type", "text/plain")
+        .header("stream-encryption-key", DEV_KEY)
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    let (status, code) = error_code(append).await;
+    assert_eq!((status.as_u16(), code.as_str()), (403, "wrong_key"));
+    let read = c
+        .get(format!("{url}?offset=-1"))
+        .header("stream-encryption-key", DEV_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 403);
+    let bad = c
+        .get(format!("{url}?offset=-1"))
+        .header("stream-encryption-key", "not-a-key")
+        .send()
+        .await
+        .unwrap();
+    let (status, code) = error_code(bad).await;
+    assert_eq!((status.as_u16(), code.as_str()), (400, "invalid_key"));
+}
+
+#[tokio::test]
+async fn without_a_development_key_requests_must_carry_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // No --dev-default-key: start the binary directly.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--store"])
+        .arg(dir.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let c = client();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut ready = false;
+    for _ in 0..600 {
+        if c.get(format!("{base}/healthz")).send().await.is_ok() {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(ready);
+    let r = c
+        .put(format!("{base}/v1/stream/nokey"))
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    let (status, code) = error_code(r).await;
+    assert_eq!((status.as_u16(), code.as_str()), (400, "missing_key"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn malformed_requests_get_4xx_with_json_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path().to_str().unwrap(),
+        free_port(),
+        &["--max-body-bytes", "1024", "--max-record-bytes", "100"],
+    )
+    .await;
+    let c = client();
+    let ok = c
+        .put(server.url("s"))
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 201);
+    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            c.get(format!("{}/v1/stream/a//b", server.base)),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(format!("{}/v1/stream/%FF", server.base)),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(format!("{}/v1/stream/__x", server.base)),
+            400,
+            "bad_request",
+        ),
+        (c.get(format!("{}/nowhere", server.base)), 404, "not_found"),
+        (c.get(server.url("missing")), 404, "not_found"),
+        (
+            c.get(format!("{}?offset=zzz", server.url("s"))),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(format!("{}?offset=", server.url("s"))),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(format!("{}?live=sse", server.url("s"))),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(format!("{}?offset=-1&live=forever", server.url("s"))),
+            400,
+            "bad_request",
+        ),
+        (
+            c.get(format!(
+                "{}?offset=0000000000000000_0000000000000099",
+                server.url("s")
+            )),
+            400,
+            "bad_request",
+        ),
+        (
+            c.request(Method::PATCH, server.url("s")),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            c.put(server.url("t")).header("stream-ttl", "1e3"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.put(server.url("t")).header("stream-expires-at", "soon"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.put(server.url("t")).header("stream-fork-sub-offset", "1"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.put(server.url("t"))
+                .header("stream-forked-from", "/elsewhere/x"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.post(server.url("s"))
+                .header("content-type", "application/json")
+                .body("{nope"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.post(server.url("s"))
+                .header("content-type", "application/json")
+                .body("[]"),
+            400,
+            "bad_request",
+        ),
+        (c.post(server.url("s")).body("x"), 400, "bad_request"),
+        (
+            c.post(server.url("s"))
+                .header("content-type", "application/json")
+                .header("producer-id", "p")
+                .body("1"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.post(server.url("s"))
+                .header("content-type", "application/json")
+                .header("producer-id", "p")
+                .header("producer-epoch", "-1")
+                .header("producer-seq", "0")
+                .body("1"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.post(server.url("s"))
+                .header("content-type", "application/json")
+                .body(format!("\"{}\"", "x".repeat(200))),
+            413,
+            "record_too_large",
+        ),
+        (
+            c.post(server.url("s"))
+                .header("content-type", "application/json")
+                .body(format!("[{}]", vec!["1"; 600].join(","))),
+            413,
+            "body_too_large",
+        ),
+        (
+            c.post(server.url("s"))
+                .header("content-type", "text/plain")
+                .body("x"),
+            409,
+            "content_type_mismatch",
+        ),
+    ];
+    for (request, status, code) in cases {
+        let built = request.build().unwrap();
+        let what = format!("{} {}", built.method(), built.url());
+        let (got_status, got_code) = error_code(c.execute(built).await.unwrap()).await;
+        assert_eq!(
+            (got_status.as_u16(), got_code.as_str()),
+            (status, code),
+            "{what}"
+        );
+    }
+    // Arbitrary offsets and producer values never reach a 5xx.
+    for garbage in [
+        "%00",
+        "a%20b",
+        "../x",
+        "1_1",
+        "-2",
+        "NOW",
+        "%E2%82%AC",
+        "0000000000000000_",
+        "_",
+    ] {
+        let r = c
+            .get(format!("{}?offset={garbage}", server.url("s")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "offset {garbage}");
+    }
+    for value in ["", " ", "01", "1.0", "99999999999999999999", "0x1"] {
+        let r = c
+            .post(server.url("s"))
+            .header("content-type", "application/json")
+            .header("producer-id", "p")
+            .header("producer-epoch", value)
+            .header("producer-seq", "0")
+            .body("1")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_client_error() || r.status().is_success(),
+            "epoch {value:?}: {}",
+            r.status()
+        );
+    }
+}
+
+#[tokio::test]
+async fn bearer_tokens_guard_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path().to_str().unwrap(),
+        free_port(),
+        &["--auth-token", "sesame", "--auth-token", "other"],
+    )
+    .await;
+    let c = client();
+    let denied = c
+        .put(server.url("a"))
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    let (status, code) = error_code(denied).await;
+    assert_eq!((status.as_u16(), code.as_str()), (401, "unauthorized"));
+    let wrong = c
+        .put(server.url("a"))
+        .bearer_auth("nope")
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    for token in ["sesame", "other"] {
+        let ok = c
+            .put(server.url("a"))
+            .bearer_auth(token)
+            .header("content-type", "text/plain")
+            .send()
+            .await
+            .unwrap();
+        assert!(ok.status().is_success(), "{token}");
+    }
+    // Preflights never need a token, and errors carry the security headers.
+    let pre = c
+        .request(Method::OPTIONS, server.url("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), 204);
+    assert_eq!(pre.headers()["x-content-type-options"], "nosniff");
+}
+
+#[tokio::test]
+async fn full_queues_answer_429_and_full_live_slots_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path().to_str().unwrap(),
+        free_port(),
+        &[
+            "--ingest-queue-capacity",
+            "1",
+            "--max-pending-bytes",
+            "64",
+            "--pipeline-depth",
+            "1",
+            "--emulate-put-latency-ms",
+            "100",
+            "--max-live-connections",
+            "1",
+        ],
+    )
+    .await;
+    let c = client();
+    assert_eq!(
+        c.put(server.url("q"))
+            .header("content-type", "text/plain")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+    let appends = (0..40).map(|i| {
+        c.post(server.url("q"))
+            .header("content-type", "text/plain")
+            .body(format!("r{i}"))
+            .send()
+    });
+    let answers = futures::future::join_all(appends).await;
+    let mut overloaded = 0;
+    for answer in answers {
+        let r = answer.unwrap();
+        match r.status().as_u16() {
+            204 => {}
+            429 => {
+                assert!(r.headers().contains_key("retry-after"));
+                overloaded += 1;
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(overloaded > 0, "a full queue answers 429");
+    // An SSE reader holds the only live slot (its headers prove it); a
+    // long-poll is refused until the SSE reader goes away.
+    let holder = c
+        .get(format!("{}?offset=now&live=sse", server.url("q")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(holder.status(), 200);
+    let refused = c
+        .get(format!("{}?offset=now&live=long-poll", server.url("q")))
+        .send()
+        .await
+        .unwrap();
+    assert!(refused.headers().contains_key("retry-after"));
+    let (status, code) = error_code(refused).await;
+    assert_eq!((status.as_u16(), code.as_str()), (503, "live_capacity"));
+    drop(holder);
+    let mut admitted = false;
+    for _ in 0..200 {
+        let r = c
+            .get(format!("{}?offset=now&live=long-poll", server.url("q")))
+            .send()
+            .await
+            .unwrap();
+        if r.status() != 503 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(admitted, "the slot is released when the SSE reader leaves");
+}
