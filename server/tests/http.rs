@@ -65,14 +65,18 @@ async fn without_a_development_key_requests_must_carry_one() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // No --dev-default-key: start the binary directly.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--store"])
         .arg(dir.path())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let server = Server {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
     let c = client();
-    let base = format!("http://127.0.0.1:{port}");
+    let base = server.base.clone();
     let mut ready = false;
     for _ in 0..600 {
         if c.get(format!("{base}/healthz")).send().await.is_ok() {
@@ -90,8 +94,6 @@ async fn without_a_development_key_requests_must_carry_one() {
         .unwrap();
     let (status, code) = error_code(r).await;
     assert_eq!((status.as_u16(), code.as_str()), (400, "missing_key"));
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[tokio::test]

@@ -49,12 +49,16 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("strata starts");
-        let base = format!("http://127.0.0.1:{port}");
+        // Owned at once, so a failed start still kills and reaps the child.
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
         let client = client();
         for _ in 0..600 {
-            if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+            if let Ok(r) = client.get(format!("{}/healthz", server.base)).send().await {
                 if r.status().is_success() {
-                    return Server { child, base };
+                    return server;
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
