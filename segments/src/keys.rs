@@ -178,6 +178,8 @@ pub struct StreamCipher {
     key: StreamKey,
     /// The key's fingerprint, derived once.
     fingerprint: [u8; KEY_FINGERPRINT_BYTES],
+    /// The default routing key's cipher at key version 0 (most appends).
+    default_cipher: std::sync::OnceLock<Arc<PageCipher>>,
     ciphers: Mutex<HashMap<CipherCacheKey, Arc<PageCipher>>>,
 }
 
@@ -193,6 +195,7 @@ impl StreamCipher {
     pub fn new(epoch: StreamEpoch, key: StreamKey) -> Self {
         StreamCipher {
             fingerprint: fingerprint(&epoch, &key),
+            default_cipher: std::sync::OnceLock::new(),
             epoch,
             key,
             ciphers: Mutex::new(HashMap::new()),
@@ -219,6 +222,12 @@ impl StreamCipher {
 
     /// The page cipher of a routing key and key version (derived once).
     pub fn page_cipher(&self, routing_key: &[u8], key_version: u32) -> Arc<PageCipher> {
+        if routing_key.is_empty() && key_version == 0 {
+            return self
+                .default_cipher
+                .get_or_init(|| Arc::new(PageCipher::new(self.epoch, &self.key, b"", 0)))
+                .clone();
+        }
         let cache_key: CipherCacheKey = (routing_key.into(), key_version);
         if let Some(found) = self.ciphers.lock().get(&cache_key) {
             return found.clone();

@@ -239,7 +239,8 @@ impl Entry {
 pub struct Registry {
     store: Arc<dyn ObjectStore>,
     retry: RetryPolicy,
-    entries: Mutex<HashMap<(String, String), Arc<Entry>>>,
+    /// project → name → entry (looked up by `&str`, no allocation).
+    entries: Mutex<HashMap<String, HashMap<String, Arc<Entry>>>>,
     started_ms: u64,
 }
 
@@ -290,11 +291,11 @@ impl Registry {
 
     /// The entry of `name` in `project` (created in the cache on first use).
     pub fn entry(&self, project: &str, name: &str) -> Arc<Entry> {
-        let key = (project.to_string(), name.to_string());
-        let mut entries = self.entries.lock();
-        if let Some(entry) = entries.get(&key) {
+        let mut projects = self.entries.lock();
+        if let Some(entry) = projects.get(project).and_then(|p| p.get(name)) {
             return entry.clone();
         }
+        let entries = projects.entry(project.to_string()).or_default();
         if entries.len() >= CACHE_ENTRIES_MAX {
             entries.retain(|_, e| Arc::strong_count(e) > 1);
         }
@@ -308,7 +309,7 @@ impl Registry {
             changes: tokio::sync::Mutex::new(()),
             last_access_ms: AtomicU64::new(self.started_ms),
         });
-        entries.insert(key, entry.clone());
+        entries.insert(name.to_string(), entry.clone());
         entry
     }
 }

@@ -96,8 +96,23 @@ pub struct ServeArgs {
     /// Emulated latency added to every GET/LIST/HEAD, in milliseconds.
     #[arg(long, default_value_t = 0)]
     pub emulate_get_latency_ms: u64,
+    /// tokio runtime: one thread for everything, or a worker per core.
+    #[arg(long, value_enum, default_value_t = RuntimeFlavor::Multi)]
+    pub runtime: RuntimeFlavor,
+    /// Worker threads of the multi-thread runtime (default: one fewer than the
+    /// cores, at least one: a core stays free for file syncs and the network).
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
     #[command(flatten)]
     pub s3: S3Args,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeFlavor {
+    /// One thread runs HTTP and the shards (blocking file I/O on its own pool).
+    Current,
+    /// A worker thread per core.
+    Multi,
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -129,10 +144,23 @@ impl S3Args {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), ServeError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ServeError::Usage(e.to_string()))?;
+    let runtime = match args.runtime {
+        RuntimeFlavor::Current => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        RuntimeFlavor::Multi => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let workers = args
+                .worker_threads
+                .unwrap_or(cores.saturating_sub(1))
+                .max(1);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+        }
+    }
+    .map_err(|e| ServeError::Usage(e.to_string()))?;
     runtime.block_on(serve(args))
 }
 

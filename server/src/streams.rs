@@ -951,14 +951,10 @@ impl Streams {
             AppendKind::Duplicate(state) => AppendResult::Duplicate(state),
             AppendKind::AlreadyClosed => AppendResult::AlreadyClosed,
         };
-        let closed = ack.closed
-            || shard
-                .stream_info(&stream)
-                .is_some_and(|i| i.tail.status == strata_engine::shard::StreamStatus::Closed);
         Ok(AppendOutcome {
             result,
             tail: base + ack.next_offset,
-            closed,
+            closed: ack.closed,
         })
     }
 
