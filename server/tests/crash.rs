@@ -177,3 +177,78 @@ async fn kill_9_loses_no_acknowledged_append_on_s3() {
     )
     .await;
 }
+
+/// SIGTERM while clients append: the server stops accepting, answers or fails
+/// the requests in flight, flushes, and exits 0; every acknowledged append is
+/// there after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_shuts_down_gracefully_and_keeps_every_acknowledged_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_str().unwrap().to_string();
+    let port = free_port();
+    let client = client();
+    let mut server = Server::start(&store, port, &[]).await;
+    let url = server.url("graceful");
+    let created = client
+        .put(&url)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (client, url, acked, count) =
+            (client.clone(), url.clone(), acked.clone(), count.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0.. {
+                let payload = format!("g{i}-{n}");
+                let answer = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_string(&payload).unwrap())
+                    .send()
+                    .await;
+                match answer {
+                    Ok(r) if r.status() == 204 => {
+                        let next = position(r.headers()["stream-next-offset"].to_str().unwrap());
+                        acked.lock().insert(next - 1, payload);
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => return,
+                }
+            }
+        }));
+    }
+    while count.load(Ordering::SeqCst) < 200 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // SAFETY: sending a signal to our own child process.
+    let pid = server.child.id() as libc::pid_t;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut status = None;
+    for _ in 0..400 {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let status = status.expect("the server exits after SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    for task in tasks {
+        task.await.unwrap();
+    }
+    drop(server);
+    let restarted = Server::start(&store, port, &[]).await;
+    let records = read_all(&client, &restarted.url("graceful")).await;
+    for (position, payload) in acked.lock().iter() {
+        assert_eq!(
+            records.get(*position as usize),
+            Some(payload),
+            "acknowledged record at {position}"
+        );
+    }
+}
