@@ -86,11 +86,9 @@ if wants e f g; then
     if [ "$installed" != "$NODE_PKG_VERSION" ]; then
         [ "${SKIP_BUILD:-}" = 1 ] && { err "bench/node_modules lacks @durable-streams/server@$NODE_PKG_VERSION"; exit 1; }
         log "installing @durable-streams/server@$NODE_PKG_VERSION (npm)"
-        if [ -f "$here/package-lock.json" ]; then
-            (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
-        else
-            (cd "$here" && npm install --no-audit --no-fund --loglevel=error)
-        fi
+        # `npm install` follows package-lock.json; `npm ci` can refuse locks
+        # npm 11 writes (optional platform packages left out).
+        (cd "$here" && npm install --no-audit --no-fund --loglevel=error)
     fi
 fi
 

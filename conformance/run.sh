@@ -11,7 +11,10 @@ root="$(cd "$here/.." && pwd)"
 cd "$here"
 
 if [ ! -d node_modules/@durable-streams/server-conformance-tests ]; then
-    npm ci --no-audit --no-fund --loglevel=error
+    # `npm install` follows package-lock.json (versions pinned exactly); `npm ci`
+    # refuses it because npm 11 leaves vite's Windows-only optional dependency
+    # out of the lock it writes.
+    npm install --no-audit --no-fund --loglevel=error
 fi
 if [ -z "${STRATA_BIN:-}" ]; then
     (cd "$root" && cargo build -p strata-server --quiet)
