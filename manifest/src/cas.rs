@@ -226,9 +226,10 @@ impl<C: CasCodec> CasObject<C> {
             match self.load().await {
                 Ok(Some(current)) if C::write_token(&current.value) == token => return Ok(current),
                 Ok(_) if lost_race => {
+                    tracing::debug!(path = %self.path, error = %failure, "conditional put lost to another writer");
                     return Err(CasError::Conflict {
                         path: self.path.clone(),
-                    })
+                    });
                 }
                 Err(CasError::Corrupt { source, .. }) if lost_race => {
                     return Err(CasError::Corrupt {

@@ -8,8 +8,12 @@
 //! replay slot u64 · replay epoch floor u64 · replay chain end u64 · next object id u64
 //! index run count u32 · runs × (id u64 · bytes u64)
 //! segment count u32 · segments × (id u64 · bytes u64)
+//! fence window count u32 · windows × (first slot u64 · end slot u64), sorted, disjoint
 //! CRC-32C of every preceding byte, u32
 //! ```
+//!
+//! *Fence windows* are WAL slots that must stay occupied forever (see
+//! [`Manifest::fence_windows`]).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -20,7 +24,7 @@ pub const FORMAT_VERSION: u16 = 1;
 /// Largest manifest the decoder accepts.
 pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
 const MAX_SHARD_NAME_BYTES: usize = 64;
-const FIXED_BYTES: usize = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + 8 + 8 + 8 + 8 + 4 + 4 + 4;
+const FIXED_BYTES: usize = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + 8 + 8 + 8 + 8 + 4 + 4 + 4 + 4;
 /// `chain_end` when no WAL object precedes the replay point.
 pub const NO_SLOT: u64 = u64::MAX;
 
@@ -76,6 +80,34 @@ pub struct SegmentRef {
     pub bytes: u64,
 }
 
+/// WAL slots `start..end`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SlotRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl SlotRange {
+    pub fn contains(&self, slot: u64) -> bool {
+        self.start <= slot && slot < self.end
+    }
+}
+
+/// Adds `window` to a sorted, disjoint list of ranges, merging what touches.
+pub fn add_window(windows: &[SlotRange], window: SlotRange) -> Vec<SlotRange> {
+    let mut all: Vec<SlotRange> = windows.iter().copied().chain([window]).collect();
+    all.retain(|w| w.start < w.end);
+    all.sort();
+    let mut out: Vec<SlotRange> = Vec::with_capacity(all.len());
+    for w in all {
+        match out.last_mut() {
+            Some(last) if w.start <= last.end => last.end = last.end.max(w.end),
+            _ => out.push(w),
+        }
+    }
+    out
+}
+
 /// A shard manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
@@ -89,6 +121,13 @@ pub struct Manifest {
     pub next_object_id: u64,
     pub index_runs: Vec<IndexRunRef>,
     pub segments: Vec<SegmentRef>,
+    /// WAL slots an older owner that does not yet know it is fenced may still
+    /// try to write: for each change of owner, the slots from the replay
+    /// point it claimed from through its fence. Such an owner's next WAL
+    /// write targets one of them, and only finds out it is fenced because the
+    /// slot is occupied, so they are never deleted (garbage collection
+    /// overwrites them with tiny fence objects instead).
+    pub fence_windows: Vec<SlotRange>,
 }
 
 impl Manifest {
@@ -110,6 +149,7 @@ impl Manifest {
             next_object_id: 1,
             index_runs: Vec::new(),
             segments: Vec::new(),
+            fence_windows: Vec::new(),
         }
     }
 
@@ -146,7 +186,15 @@ fn check_encodable(m: &Manifest) -> Result<(), ManifestError> {
             reason: "must precede the replay slot",
         });
     }
-    let len = FIXED_BYTES + m.shard.len() + 16 * (m.index_runs.len() + m.segments.len());
+    if !windows_are_valid(&m.fence_windows) {
+        return Err(ManifestError::Invalid {
+            field: "fence windows",
+            reason: "must be non-empty, sorted and disjoint",
+        });
+    }
+    let len = FIXED_BYTES
+        + m.shard.len()
+        + 16 * (m.index_runs.len() + m.segments.len() + m.fence_windows.len());
     if len > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge { len });
     }
@@ -178,6 +226,11 @@ pub fn encode(m: &Manifest) -> Result<Bytes, ManifestError> {
     for s in &m.segments {
         b.put_u64_le(s.id);
         b.put_u64_le(s.bytes);
+    }
+    b.put_u32_le(m.fence_windows.len() as u32);
+    for w in &m.fence_windows {
+        b.put_u64_le(w.start);
+        b.put_u64_le(w.end);
     }
     let crc = crc32c::crc32c(&b);
     b.put_u32_le(crc);
@@ -248,6 +301,16 @@ pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
         .into_iter()
         .map(|(id, bytes)| SegmentRef { id, bytes })
         .collect();
+    let fence_windows: Vec<SlotRange> = get_refs(&mut b, "fence windows")?
+        .into_iter()
+        .map(|(start, end)| SlotRange { start, end })
+        .collect();
+    if !windows_are_valid(&fence_windows) {
+        return Err(ManifestError::Invalid {
+            field: "fence windows",
+            reason: "must be non-empty, sorted and disjoint",
+        });
+    }
     if !b.is_empty() {
         return Err(ManifestError::Invalid {
             field: "trailer",
@@ -272,7 +335,12 @@ pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
         next_object_id,
         index_runs,
         segments,
+        fence_windows,
     })
+}
+
+fn windows_are_valid(windows: &[SlotRange]) -> bool {
+    windows.iter().all(|w| w.start < w.end) && windows.windows(2).all(|p| p[0].end < p[1].start)
 }
 
 fn get_refs(b: &mut Bytes, field: &'static str) -> Result<Vec<(u64, u64)>, ManifestError> {
@@ -345,7 +413,25 @@ mod tests {
             SegmentRef { id: 3, bytes: 9 },
             SegmentRef { id: 4, bytes: 10 },
         ];
+        m.fence_windows = vec![
+            SlotRange { start: 0, end: 3 },
+            SlotRange { start: 20, end: 22 },
+        ];
         m
+    }
+
+    #[test]
+    fn windows_merge_and_invalid_ones_are_refused() {
+        let w = |start, end| SlotRange { start, end };
+        let merged = add_window(&[w(0, 3), w(20, 22)], w(3, 5));
+        assert_eq!(merged, vec![w(0, 5), w(20, 22)]);
+        assert_eq!(add_window(&merged, w(7, 7)), merged, "empty windows vanish");
+        assert_eq!(add_window(&merged, w(4, 21)), vec![w(0, 22)]);
+        let mut m = sample();
+        m.fence_windows = vec![w(5, 9), w(2, 3)];
+        assert!(encode(&m).is_err(), "unsorted");
+        m.fence_windows = vec![w(5, 5)];
+        assert!(encode(&m).is_err(), "empty");
     }
 
     #[test]
@@ -418,6 +504,9 @@ mod tests {
                 next_object_id: 9,
                 index_runs: runs.iter().map(|&(id, bytes)| IndexRunRef { id, bytes }).collect(),
                 segments: runs.iter().map(|&(id, bytes)| SegmentRef { id, bytes }).collect(),
+                fence_windows: runs
+                    .iter()
+                    .fold(Vec::new(), |w, &(a, b)| add_window(&w, SlotRange { start: a.min(b), end: a.max(b) })),
             };
             prop_assert_eq!(decode(&encode(&m).unwrap()).unwrap(), m);
         }

@@ -11,6 +11,8 @@
 //!   by reading the object back and comparing the write token stored in it.
 //! * [`claim`]: taking ownership of a shard by bumping the writer epoch through
 //!   the CAS — the first half of fencing (the engine writes the fence object).
+//! * [`index_run`]: immutable, sorted runs of the shard's sealed state: each
+//!   stream's tail and the segment chunks sealed for it.
 //!
 //! Invariants: the manifest's `version` grows by exactly one per successful
 //! write; `writer_epoch` never decreases; the replay point never moves backwards.
@@ -18,10 +20,11 @@
 pub mod cas;
 pub mod claim;
 pub mod format;
+pub mod index_run;
 
 pub use cas::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
 pub use claim::{claim_shard, ClaimError};
 pub use format::{
-    IndexRunRef, Manifest, ManifestCodec, ManifestError, ReplayPoint, SegmentRef, WriterIdentity,
-    NO_SLOT,
+    add_window, IndexRunRef, Manifest, ManifestCodec, ManifestError, ReplayPoint, SegmentRef,
+    SlotRange, WriterIdentity, NO_SLOT,
 };

@@ -10,11 +10,16 @@
 //!   nonce. Pages are opened whole: authenticate first, then decompress into a
 //!   size the header declares and the limits bound.
 //!
+//! * [`segment`]: segment objects — the sealed pages of many streams, grouped
+//!   into per-stream chunks (page directory, anchors, CRC), a table of chunks
+//!   with routing-key summaries, and a trailer. Written whole, create-only.
+//!
 //! Page bytes are stored identically in WAL objects and segment objects; this
 //! crate is the only place that knows what is inside them.
 
 pub mod keys;
 pub mod page;
+pub mod segment;
 mod varint;
 
 pub use keys::{

@@ -1,0 +1,446 @@
+//! Index runs (format version 1): immutable objects holding a shard's sealed
+//! state, sorted by stream. `docs/FORMATS.md` ("Index runs") is the prose twin.
+//!
+//! A run is written by a seal (or by merging runs) and listed by the manifest.
+//! Each entry names a stream incarnation, its tail state after the run, and the
+//! chunks sealed into segments by that run. Reading the runs a manifest lists
+//! from oldest to newest, a newer entry's tail *shadows* an older one's, and
+//! chunks *accumulate* (a newer incarnation starts over).
+//!
+//! ```text
+//! magic "STRATAIX" · version u16 · reserved u16
+//! run id u64 · chain end u64 (the last WAL slot whose effects the run holds)
+//! entry count u32
+//! entries, sorted by stream id, each stream once:
+//!   stream id [16] · incarnation u64 · tail · chunk count u32 ·
+//!   chunks × (length u32 · chunk reference bytes, opaque here)
+//! tail:
+//!   status u8 (0 open, 1 closed, 2 deleted) · next offset u64 · payload bytes u64
+//!   created ms u64 · closed ms u64 · last append ms u64 (u64::MAX: none)
+//!   stream epoch [16] · key fingerprint [16]
+//!   stream seq: present u8 · length u16 · bytes
+//!   producer count u32 · producers × (id length u16 · id · epoch u64 · seq u64 ·
+//!                                     first offset u64 · next offset u64 · digest [16])
+//! CRC-32C of every preceding byte, u32
+//! ```
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+pub const MAGIC: [u8; 8] = *b"STRATAIX";
+pub const FORMAT_VERSION: u16 = 1;
+pub const MAX_RUN_BYTES: usize = 1 << 30;
+const NONE_MS: u64 = u64::MAX;
+const MAX_ID_BYTES: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexRunError {
+    #[error("index run too short: {len} bytes")]
+    TooShort { len: usize },
+    #[error("index run too large: {len} bytes")]
+    TooLarge { len: usize },
+    #[error("bad index run magic")]
+    BadMagic,
+    #[error("unsupported index run version {found}")]
+    UnsupportedVersion { found: u16 },
+    #[error("index run CRC mismatch")]
+    CrcMismatch,
+    #[error("index run truncated while reading {field}")]
+    Truncated { field: &'static str },
+    #[error("index run field {field} is invalid: {reason}")]
+    Invalid {
+        field: &'static str,
+        reason: &'static str,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailStatus {
+    Open,
+    Closed,
+    Deleted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerRecord {
+    pub id: String,
+    pub epoch: u64,
+    pub seq: u64,
+    pub first_offset: u64,
+    pub next_offset: u64,
+    pub digest: [u8; 16],
+}
+
+/// A stream's tail state as a run records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailRecord {
+    pub status: TailStatus,
+    pub next_offset: u64,
+    pub payload_bytes: u64,
+    pub created_ms: u64,
+    pub closed_ms: Option<u64>,
+    pub last_append_ms: Option<u64>,
+    pub epoch: [u8; 16],
+    pub key_fingerprint: [u8; 16],
+    pub stream_seq: Option<Bytes>,
+    pub producers: Vec<ProducerRecord>,
+}
+
+/// One stream incarnation in a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEntry {
+    pub stream_id: [u8; 16],
+    pub incarnation: u64,
+    pub tail: TailRecord,
+    /// Chunk references sealed by this run (encoded by the segments format).
+    pub chunks: Vec<Bytes>,
+}
+
+/// An index run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexRun {
+    pub id: u64,
+    pub chain_end: u64,
+    /// Sorted by stream id, each stream once.
+    pub entries: Vec<RunEntry>,
+}
+
+fn check(run: &IndexRun) -> Result<(), IndexRunError> {
+    if run
+        .entries
+        .windows(2)
+        .any(|w| w[0].stream_id >= w[1].stream_id)
+    {
+        return Err(IndexRunError::Invalid {
+            field: "entries",
+            reason: "must be sorted by stream id, each stream once",
+        });
+    }
+    for e in &run.entries {
+        if e.tail.producers.iter().any(|p| p.id.len() > MAX_ID_BYTES)
+            || e.tail
+                .stream_seq
+                .as_ref()
+                .is_some_and(|s| s.len() > MAX_ID_BYTES)
+        {
+            return Err(IndexRunError::Invalid {
+                field: "tail",
+                reason: "producer ids and stream seqs are at most 256 bytes",
+            });
+        }
+    }
+    Ok(())
+}
+
+fn put_opt_ms(b: &mut BytesMut, v: Option<u64>) {
+    b.put_u64_le(v.unwrap_or(NONE_MS));
+}
+
+pub fn encode(run: &IndexRun) -> Result<Bytes, IndexRunError> {
+    check(run)?;
+    let mut b = BytesMut::new();
+    b.put_slice(&MAGIC);
+    b.put_u16_le(FORMAT_VERSION);
+    b.put_u16_le(0);
+    b.put_u64_le(run.id);
+    b.put_u64_le(run.chain_end);
+    b.put_u32_le(run.entries.len() as u32);
+    for e in &run.entries {
+        b.put_slice(&e.stream_id);
+        b.put_u64_le(e.incarnation);
+        let t = &e.tail;
+        b.put_u8(match t.status {
+            TailStatus::Open => 0,
+            TailStatus::Closed => 1,
+            TailStatus::Deleted => 2,
+        });
+        b.put_u64_le(t.next_offset);
+        b.put_u64_le(t.payload_bytes);
+        b.put_u64_le(t.created_ms);
+        put_opt_ms(&mut b, t.closed_ms);
+        put_opt_ms(&mut b, t.last_append_ms);
+        b.put_slice(&t.epoch);
+        b.put_slice(&t.key_fingerprint);
+        match &t.stream_seq {
+            Some(seq) => {
+                b.put_u8(1);
+                b.put_u16_le(seq.len() as u16);
+                b.put_slice(seq);
+            }
+            None => {
+                b.put_u8(0);
+                b.put_u16_le(0);
+            }
+        }
+        b.put_u32_le(t.producers.len() as u32);
+        for p in &t.producers {
+            b.put_u16_le(p.id.len() as u16);
+            b.put_slice(p.id.as_bytes());
+            b.put_u64_le(p.epoch);
+            b.put_u64_le(p.seq);
+            b.put_u64_le(p.first_offset);
+            b.put_u64_le(p.next_offset);
+            b.put_slice(&p.digest);
+        }
+        b.put_u32_le(e.chunks.len() as u32);
+        for c in &e.chunks {
+            b.put_u32_le(c.len() as u32);
+            b.put_slice(c);
+        }
+    }
+    let crc = crc32c::crc32c(&b);
+    b.put_u32_le(crc);
+    if b.len() > MAX_RUN_BYTES {
+        return Err(IndexRunError::TooLarge { len: b.len() });
+    }
+    Ok(b.freeze())
+}
+
+pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
+    let len = bytes.len();
+    if len > MAX_RUN_BYTES {
+        return Err(IndexRunError::TooLarge { len });
+    }
+    if len < 8 + 2 + 2 + 8 + 8 + 4 + 4 {
+        return Err(IndexRunError::TooShort { len });
+    }
+    if bytes[..8] != MAGIC {
+        return Err(IndexRunError::BadMagic);
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != FORMAT_VERSION {
+        return Err(IndexRunError::UnsupportedVersion { found: version });
+    }
+    let crc_at = len - 4;
+    if crc32c::crc32c(&bytes[..crc_at])
+        != u32::from_le_bytes(bytes[crc_at..].try_into().expect("4 bytes"))
+    {
+        return Err(IndexRunError::CrcMismatch);
+    }
+    let mut b = bytes.slice(10..crc_at);
+    if get_u16(&mut b, "reserved")? != 0 {
+        return Err(IndexRunError::Invalid {
+            field: "reserved",
+            reason: "must be zero",
+        });
+    }
+    let id = get_u64(&mut b, "run id")?;
+    let chain_end = get_u64(&mut b, "chain end")?;
+    let count = get_u32(&mut b, "entry count")? as usize;
+    let mut entries = Vec::with_capacity(count.min(b.len() / 64));
+    for _ in 0..count {
+        let stream_id = get_array(&mut b, "stream id")?;
+        let incarnation = get_u64(&mut b, "incarnation")?;
+        let status = match get_u8(&mut b, "status")? {
+            0 => TailStatus::Open,
+            1 => TailStatus::Closed,
+            2 => TailStatus::Deleted,
+            _ => {
+                return Err(IndexRunError::Invalid {
+                    field: "status",
+                    reason: "not 0, 1 or 2",
+                })
+            }
+        };
+        let next_offset = get_u64(&mut b, "next offset")?;
+        let payload_bytes = get_u64(&mut b, "payload bytes")?;
+        let created_ms = get_u64(&mut b, "created ms")?;
+        let closed_ms = Some(get_u64(&mut b, "closed ms")?).filter(|v| *v != NONE_MS);
+        let last_append_ms = Some(get_u64(&mut b, "last append ms")?).filter(|v| *v != NONE_MS);
+        let epoch = get_array(&mut b, "epoch")?;
+        let key_fingerprint = get_array(&mut b, "key fingerprint")?;
+        let has_seq = get_u8(&mut b, "stream seq flag")?;
+        let seq_len = get_u16(&mut b, "stream seq length")? as usize;
+        let stream_seq = match has_seq {
+            0 if seq_len == 0 => None,
+            1 if seq_len <= MAX_ID_BYTES => Some(get_bytes(&mut b, seq_len, "stream seq")?),
+            _ => {
+                return Err(IndexRunError::Invalid {
+                    field: "stream seq",
+                    reason: "bad flag or length",
+                })
+            }
+        };
+        let producer_count = get_u32(&mut b, "producer count")? as usize;
+        if producer_count.saturating_mul(2 + 32 + 16) > b.len() {
+            return Err(IndexRunError::Truncated { field: "producers" });
+        }
+        let mut producers = Vec::with_capacity(producer_count);
+        for _ in 0..producer_count {
+            let id_len = get_u16(&mut b, "producer id length")? as usize;
+            if id_len > MAX_ID_BYTES {
+                return Err(IndexRunError::Invalid {
+                    field: "producer id",
+                    reason: "longer than 256 bytes",
+                });
+            }
+            let id = String::from_utf8(get_bytes(&mut b, id_len, "producer id")?.to_vec())
+                .map_err(|_| IndexRunError::Invalid {
+                    field: "producer id",
+                    reason: "not UTF-8",
+                })?;
+            producers.push(ProducerRecord {
+                id,
+                epoch: get_u64(&mut b, "producer epoch")?,
+                seq: get_u64(&mut b, "producer seq")?,
+                first_offset: get_u64(&mut b, "producer first offset")?,
+                next_offset: get_u64(&mut b, "producer next offset")?,
+                digest: get_array(&mut b, "producer digest")?,
+            });
+        }
+        let chunk_count = get_u32(&mut b, "chunk count")? as usize;
+        if chunk_count.saturating_mul(4) > b.len() {
+            return Err(IndexRunError::Truncated { field: "chunks" });
+        }
+        let mut chunks = Vec::with_capacity(chunk_count);
+        for _ in 0..chunk_count {
+            let n = get_u32(&mut b, "chunk length")? as usize;
+            chunks.push(get_bytes(&mut b, n, "chunk")?);
+        }
+        entries.push(RunEntry {
+            stream_id,
+            incarnation,
+            tail: TailRecord {
+                status,
+                next_offset,
+                payload_bytes,
+                created_ms,
+                closed_ms,
+                last_append_ms,
+                epoch,
+                key_fingerprint,
+                stream_seq,
+                producers,
+            },
+            chunks,
+        });
+    }
+    if !b.is_empty() {
+        return Err(IndexRunError::Invalid {
+            field: "entries",
+            reason: "trailing bytes after the last entry",
+        });
+    }
+    let run = IndexRun {
+        id,
+        chain_end,
+        entries,
+    };
+    check(&run)?;
+    Ok(run)
+}
+
+fn get_u8(b: &mut Bytes, field: &'static str) -> Result<u8, IndexRunError> {
+    b.try_get_u8()
+        .map_err(|_| IndexRunError::Truncated { field })
+}
+fn get_u16(b: &mut Bytes, field: &'static str) -> Result<u16, IndexRunError> {
+    b.try_get_u16_le()
+        .map_err(|_| IndexRunError::Truncated { field })
+}
+fn get_u32(b: &mut Bytes, field: &'static str) -> Result<u32, IndexRunError> {
+    b.try_get_u32_le()
+        .map_err(|_| IndexRunError::Truncated { field })
+}
+fn get_u64(b: &mut Bytes, field: &'static str) -> Result<u64, IndexRunError> {
+    b.try_get_u64_le()
+        .map_err(|_| IndexRunError::Truncated { field })
+}
+fn get_array(b: &mut Bytes, field: &'static str) -> Result<[u8; 16], IndexRunError> {
+    let mut out = [0u8; 16];
+    b.try_copy_to_slice(&mut out)
+        .map_err(|_| IndexRunError::Truncated { field })?;
+    Ok(out)
+}
+fn get_bytes(b: &mut Bytes, n: usize, field: &'static str) -> Result<Bytes, IndexRunError> {
+    if n > b.len() {
+        return Err(IndexRunError::Truncated { field });
+    }
+    Ok(b.split_to(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn tail(next: u64) -> TailRecord {
+        TailRecord {
+            status: TailStatus::Closed,
+            next_offset: next,
+            payload_bytes: 99,
+            created_ms: 1,
+            closed_ms: Some(5),
+            last_append_ms: None,
+            epoch: [3; 16],
+            key_fingerprint: [4; 16],
+            stream_seq: Some(Bytes::from_static(b"007")),
+            producers: vec![ProducerRecord {
+                id: "p".into(),
+                epoch: 1,
+                seq: 2,
+                first_offset: 3,
+                next_offset: 4,
+                digest: [5; 16],
+            }],
+        }
+    }
+
+    fn sample() -> IndexRun {
+        IndexRun {
+            id: 7,
+            chain_end: 41,
+            entries: vec![
+                RunEntry {
+                    stream_id: [1; 16],
+                    incarnation: 2,
+                    tail: tail(10),
+                    chunks: vec![Bytes::from_static(b"chunk-ref-1"), Bytes::from_static(b"2")],
+                },
+                RunEntry {
+                    stream_id: [9; 16],
+                    incarnation: 1,
+                    tail: TailRecord {
+                        status: TailStatus::Open,
+                        stream_seq: None,
+                        producers: vec![],
+                        ..tail(0)
+                    },
+                    chunks: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let run = sample();
+        assert_eq!(decode(&encode(&run).unwrap()).unwrap(), run);
+    }
+
+    #[test]
+    fn unsorted_entries_are_refused_both_ways() {
+        let mut run = sample();
+        run.entries.reverse();
+        assert!(encode(&run).is_err());
+    }
+
+    #[test]
+    fn truncations_and_flips_are_errors() {
+        let bytes = encode(&sample()).unwrap();
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes.slice(..len)).is_err());
+        }
+        for i in 0..bytes.len() {
+            let mut v = bytes.to_vec();
+            v[i] ^= 0x20;
+            assert!(decode(&Bytes::from(v)).is_err(), "byte {i}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode(&Bytes::from(data));
+        }
+    }
+}
