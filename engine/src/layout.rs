@@ -5,6 +5,8 @@
 //! ```text
 //! shards/<shard>/manifest                        the shard's manifest (CAS)
 //! shards/<shard>/wal/<slot:020>                  WAL objects (create-only)
+//! shards/<shard>/seg/<id:020>                    segment objects (create-only, immutable)
+//! shards/<shard>/index/<id:020>                  index runs (create-only, immutable)
 //! registry/<project>/streams/<name-hash>.json    stream descriptors (CAS)
 //! registry/<project>/subscriptions/<id-hash>.json  subscriptions (CAS)
 //! server/webhook-signing-key.json                the server's Ed25519 signing key
@@ -48,6 +50,39 @@ pub fn webhook_signing_key() -> Path {
 
 const WAL_SLOT_DIGITS: usize = 20;
 
+/// The id of a segment object or index run: the writer epoch in the high 32
+/// bits and a per-shard counter (from the manifest) in the low 32 bits, so two
+/// owners can never choose the same name, and a retry by one writes the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub u64);
+
+impl ObjectId {
+    pub fn new(epoch: u64, counter: u64) -> Self {
+        ObjectId(((epoch & 0xffff_ffff) << 32) | (counter & 0xffff_ffff))
+    }
+
+    /// The (low 32 bits of the) writer epoch that named the object.
+    pub fn epoch(self) -> u64 {
+        self.0 >> 32
+    }
+}
+
+/// The immutable object kinds named by an [`ObjectId`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImmutableKind {
+    Segment,
+    IndexRun,
+}
+
+impl ImmutableKind {
+    fn dir(self) -> &'static str {
+        match self {
+            ImmutableKind::Segment => "seg",
+            ImmutableKind::IndexRun => "index",
+        }
+    }
+}
+
 /// Object names of one shard.
 #[derive(Debug, Clone)]
 pub struct ShardLayout {
@@ -83,11 +118,43 @@ impl ShardLayout {
         ))
     }
 
+    /// The folder holding every object of `kind`.
+    pub fn immutable_prefix(&self, kind: ImmutableKind) -> Path {
+        Path::from(format!("shards/{}/{}", self.shard, kind.dir()))
+    }
+
+    pub fn immutable(&self, kind: ImmutableKind, id: ObjectId) -> Path {
+        Path::from(format!(
+            "shards/{}/{}/{:0width$}",
+            self.shard,
+            kind.dir(),
+            id.0,
+            width = WAL_SLOT_DIGITS
+        ))
+    }
+
+    pub fn segment(&self, id: ObjectId) -> Path {
+        self.immutable(ImmutableKind::Segment, id)
+    }
+
+    pub fn index_run(&self, id: ObjectId) -> Path {
+        self.immutable(ImmutableKind::IndexRun, id)
+    }
+
+    /// The id a segment or index-run name encodes.
+    pub fn parse_object_id(&self, path: &Path, kind: ImmutableKind) -> Option<ObjectId> {
+        self.parse_numbered(path, kind.dir()).map(ObjectId)
+    }
+
     /// The slot a WAL object's name encodes, if `path` is one of this shard's.
     pub fn parse_wal_slot(&self, path: &Path) -> Option<u64> {
+        self.parse_numbered(path, "wal")
+    }
+
+    /// `shards/<shard>/<kind>/<20 digits>` → the number.
+    fn parse_numbered(&self, path: &Path, kind: &str) -> Option<u64> {
         let mut parts = path.parts();
-        let expect = ["shards", self.shard.as_str(), "wal"];
-        for want in expect {
+        for want in ["shards", self.shard.as_str(), kind] {
             if parts.next()?.as_ref() != want {
                 return None;
             }
@@ -121,5 +188,14 @@ mod tests {
         );
         assert_eq!(l.parse_wal_slot(&l.manifest()), None);
         assert_eq!(l.parse_wal_slot(&Path::from("shards/s0/wal/42")), None);
+        let id = ObjectId::new(3, 7);
+        assert_eq!(id.epoch(), 3);
+        for kind in [ImmutableKind::Segment, ImmutableKind::IndexRun] {
+            assert_eq!(l.parse_object_id(&l.immutable(kind, id), kind), Some(id));
+        }
+        assert_eq!(
+            l.parse_object_id(&l.segment(id), ImmutableKind::IndexRun),
+            None
+        );
     }
 }

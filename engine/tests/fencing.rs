@@ -97,6 +97,7 @@ async fn an_owner_that_walks_into_a_newer_fence_is_fenced() {
     .unwrap();
     let read = fast
         .read(&STREAM, 0, ReadLimits::default(), &cipher(), None)
+        .await
         .unwrap();
     let payloads: Vec<&[u8]> = read.records.iter().map(|r| r.payload.as_ref()).collect();
     assert_eq!(payloads, [b"one".as_ref(), b"two".as_ref()]);

@@ -218,6 +218,7 @@ async fn two_processes_contending_for_a_shard_lose_nothing() {
     loop {
         let batch = shard
             .read(&STREAM, from, ReadLimits::default(), &cipher(), None)
+            .await
             .unwrap();
         records.extend(batch.records.iter().map(|r| (r.offset, r.payload.clone())));
         from = batch.next_offset;

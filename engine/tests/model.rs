@@ -38,6 +38,8 @@ enum Op {
         from_fraction: u8,
     },
     Reopen,
+    /// Moves everything durable into a segment (reads then span both tiers).
+    Seal,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -60,6 +62,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..STREAMS).prop_map(|stream| Op::Delete { stream }),
         3 => (0..STREAMS, any::<u8>()).prop_map(|(stream, from_fraction)| Op::Read { stream, from_fraction }),
         1 => Just(Op::Reopen),
+        2 => Just(Op::Seal),
     ]
 }
 
@@ -196,7 +199,13 @@ async fn open(store: &Arc<dyn ObjectStore>, instance: u8) -> Shard {
         EngineEnv::production(store.clone()),
         ShardName::new("model").unwrap(),
         InstanceId([instance; 16]),
-        ShardConfig::default(),
+        ShardConfig {
+            // Seals also start on their own, between any two operations.
+            seal_objects: 4,
+            max_index_runs: 3,
+            gc_grace: std::time::Duration::ZERO,
+            ..ShardConfig::default()
+        },
     )
     .await
     .expect("open")
@@ -209,20 +218,22 @@ fn stream_ref(i: usize, incarnation: u64) -> StreamRef {
     }
 }
 
-fn read_all(shard: &Shard, s: &StreamRef, from: u64) -> Result<Vec<Bytes>, EngineError> {
+async fn read_all(shard: &Shard, s: &StreamRef, from: u64) -> Result<Vec<Bytes>, EngineError> {
     let mut out = Vec::new();
     let mut at = from;
-    loop {
-        let batch = shard.read(
-            s,
-            at,
-            ReadLimits {
-                max_records: 3,
-                max_bytes: 64,
-            },
-            &cipher(),
-            None,
-        )?;
+    for _ in 0..10_000 {
+        let batch = shard
+            .read(
+                s,
+                at,
+                ReadLimits {
+                    max_records: 3,
+                    max_bytes: 64,
+                },
+                &cipher(),
+                None,
+            )
+            .await?;
         let done = batch.up_to_date();
         for r in batch.records {
             assert_eq!(r.offset, from + out.len() as u64, "offsets are contiguous");
@@ -233,6 +244,7 @@ fn read_all(shard: &Shard, s: &StreamRef, from: u64) -> Result<Vec<Bytes>, Engin
             return Ok(out);
         }
     }
+    panic!("a read of {s:?} from {from} never caught up");
 }
 
 async fn run(ops: Vec<Op>) {
@@ -337,25 +349,28 @@ async fn run(ops: Vec<Op>) {
                 match model.live(stream) {
                     Some(m) => {
                         let from = (m.records.len() * from_fraction as usize / 255) as u64;
-                        let got = read_all(&shard, &s, from).expect("read");
+                        let got = read_all(&shard, &s, from).await.expect("read");
                         assert_eq!(got, m.records[from as usize..], "step {step}: read");
                         let info = shard.stream_info(&s).expect("live");
                         assert_eq!(info.tail.next_offset, m.records.len() as u64);
                     }
                     None => assert_eq!(
-                        read_all(&shard, &s, 0).unwrap_err(),
+                        read_all(&shard, &s, 0).await.unwrap_err(),
                         EngineError::StreamNotFound,
                         "step {step}: read of a missing stream"
                     ),
                 }
             }
+            Op::Seal => shard.seal_now().await.expect("seal"),
             Op::Reopen => {
                 shard.shutdown().await;
                 instance += 1;
                 shard = open(&store, instance).await;
                 for (i, m) in model.streams.iter().enumerate() {
                     if let Some(m) = m.as_ref().filter(|m| !m.deleted) {
-                        let got = read_all(&shard, &stream_ref(i, m.incarnation), 0).unwrap();
+                        let got = read_all(&shard, &stream_ref(i, m.incarnation), 0)
+                            .await
+                            .unwrap();
                         assert_eq!(got, m.records, "step {step}: stream {i} after re-open");
                     }
                 }

@@ -129,6 +129,7 @@ async fn a_shard_on_s3_recovers_and_fences() {
     assert_eq!(late.unwrap_err(), EngineError::Fenced);
     let batch = second
         .read(&stream, 0, ReadLimits::default(), &cipher, None)
+        .await
         .unwrap();
     let payloads: Vec<String> = batch
         .records

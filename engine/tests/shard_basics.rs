@@ -40,9 +40,10 @@ fn records(texts: &[&str]) -> Vec<Bytes> {
     texts.iter().map(|t| Bytes::from(t.to_string())).collect()
 }
 
-fn payloads(shard: &Shard, s: &StreamRef, from: u64) -> Vec<String> {
+async fn payloads(shard: &Shard, s: &StreamRef, from: u64) -> Vec<String> {
     shard
         .read(s, from, ReadLimits::default(), &cipher(), None)
+        .await
         .unwrap()
         .records
         .into_iter()
@@ -73,12 +74,12 @@ async fn append_read_reopen() {
         .await
         .unwrap();
     assert_eq!((ack.first_offset, ack.next_offset), (2, 3));
-    assert_eq!(payloads(&shard, &s, 0), ["a", "b", "c"]);
-    assert_eq!(payloads(&shard, &s, 1), ["b", "c"]);
+    assert_eq!(payloads(&shard, &s, 0).await, ["a", "b", "c"]);
+    assert_eq!(payloads(&shard, &s, 1).await, ["b", "c"]);
     shard.shutdown().await;
 
     let reopened = open(&store, 2).await.unwrap();
-    assert_eq!(payloads(&reopened, &s, 0), ["a", "b", "c"]);
+    assert_eq!(payloads(&reopened, &s, 0).await, ["a", "b", "c"]);
     assert_eq!(reopened.last_recovery().epoch, 2);
     let ack = reopened
         .append(AppendRequest::new(s, cipher(), records(&["d"])))
@@ -161,7 +162,7 @@ async fn producers_deduplicate_and_fence() {
     let reopened = open(&store, 2).await.unwrap();
     let dup = reopened.append(with(1, 0, "b")).await.unwrap();
     assert!(matches!(dup.kind, AppendKind::Duplicate(_)));
-    assert_eq!(payloads(&reopened, &s, 0), ["a", "b"]);
+    assert_eq!(payloads(&reopened, &s, 0).await, ["a", "b"]);
 }
 
 #[tokio::test]
@@ -219,12 +220,13 @@ async fn delete_and_recreate_with_a_new_incarnation() {
     assert_eq!(
         shard
             .read(&s, 0, ReadLimits::default(), &cipher(), None)
+            .await
             .unwrap_err(),
         EngineError::StreamNotFound
     );
     shard.shutdown().await;
     let reopened = open(&store, 2).await.unwrap();
-    assert_eq!(payloads(&reopened, &s2, 0), ["new"]);
+    assert_eq!(payloads(&reopened, &s2, 0).await, ["new"]);
 }
 
 #[tokio::test]
@@ -273,7 +275,7 @@ async fn a_new_owner_fences_the_old_one() {
     new.append(AppendRequest::new(s, cipher(), records(&["after"])))
         .await
         .unwrap();
-    assert_eq!(payloads(&new, &s, 0), ["before", "after"]);
+    assert_eq!(payloads(&new, &s, 0).await, ["before", "after"]);
 }
 
 #[tokio::test]
@@ -304,6 +306,7 @@ async fn large_batches_span_pages_and_round_trip() {
                 &cipher(),
                 None,
             )
+            .await
             .unwrap();
         got.extend(batch.records.into_iter().map(|r| r.payload));
         from = batch.next_offset;
@@ -338,6 +341,7 @@ async fn a_wrong_key_is_refused_before_any_page_is_touched() {
     assert_eq!(
         shard
             .read(&s, 0, ReadLimits::default(), &other, None)
+            .await
             .unwrap_err(),
         EngineError::WrongKey
     );
@@ -351,8 +355,9 @@ async fn a_wrong_key_is_refused_before_any_page_is_touched() {
     assert_eq!(
         reopened
             .read(&s, 0, ReadLimits::default(), &other, None)
+            .await
             .unwrap_err(),
         EngineError::WrongKey
     );
-    assert_eq!(payloads(&reopened, &s, 0), ["secret"]);
+    assert_eq!(payloads(&reopened, &s, 0).await, ["secret"]);
 }

@@ -3,6 +3,7 @@
 //! * `cargo test -p strata-engine --release --test sim` runs `SIM_SEEDS` seeds
 //!   (default 500) starting at `SIM_SEED_START` (default 0).
 //! * `SIM_SEED=<n>` runs exactly one seed, e.g. the one a failure printed.
+//! * `SIM_LOG=debug` (any tracing filter) prints the engine's log while it runs.
 
 use strata_engine::sim::{run_seed, SimConfig, SimFailure, SimReport};
 
@@ -11,6 +12,12 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 fn run(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure> {
+    if let Ok(filter) = std::env::var("SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

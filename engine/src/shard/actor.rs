@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::PutPayload;
-use strata_manifest::{Manifest, Versioned};
+use strata_manifest::{Manifest, ReplayPoint, Versioned};
 use strata_segments::{seal_page, PageCipher, PageError, PreparedBody};
 use strata_wal::{
     AppendEntry, CloseEntry, CreateEntry, DeleteEntry, ObjectKind, ProducerEntry, StreamSeqEntry,
@@ -28,8 +28,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{Id as TaskId, JoinSet};
 use tokio::time::Instant;
 
+use super::gc::{self, GcOutcome, GcQueue};
 use super::io::{put_wal_object, WalPutOutcome};
 use super::recovery::{self, Opened};
+use super::seal::{self, SealFailure, SealPlan, SealResult, SealState, SealStream};
 use super::state::{
     apply_append_to_tail, apply_entry, apply_to_tail, create_verdict, judge_producer,
     CreateVerdict, ProducerVerdict, StreamStatus, Tail,
@@ -40,11 +42,16 @@ use super::{
 };
 use crate::error::EngineError;
 use crate::ids::StreamRef;
+use crate::layout::ObjectId;
 
 /// Commands taken from the queue per wake-up before completions are looked at.
 const DRAIN_COMMANDS_MAX: usize = 1024;
 /// Most scheduler yields spent gathering a burst of requests before a flush.
 const SETTLE_ROUNDS_MAX: usize = 8;
+/// A pinned segment's deletion is looked at again after this long.
+const PINNED_RECHECK: Duration = Duration::from_secs(1);
+/// A failed deletion is tried again after this long.
+const GC_RETRY: Duration = Duration::from_secs(30);
 
 /// An answer computed when a command was committed, sent once it is durable.
 enum Reply {
@@ -142,6 +149,7 @@ struct Batch {
 
 struct InFlight {
     issue: u64,
+    slot: u64,
     /// The sealed object, once its PUT task has built it.
     object: Option<Arc<WalObject>>,
     replies: Vec<Reply>,
@@ -178,6 +186,16 @@ pub(crate) struct Actor {
     failed_issue: Option<u64>,
     fenced: bool,
     shutdown_reply: Option<oneshot::Sender<()>>,
+    seal: SealState,
+    /// At most one seal runs at a time.
+    seal_tasks: JoinSet<SealResult>,
+    gc: GcQueue,
+    /// The open's sweep and at most one collection.
+    gc_tasks: JoinSet<GcOutcome>,
+    collecting: bool,
+    /// The store's state is unknown to this owner (a seal's manifest write):
+    /// re-open from it.
+    reopen_needed: bool,
 }
 
 impl Actor {
@@ -208,6 +226,12 @@ impl Actor {
             failed_issue: None,
             fenced: false,
             shutdown_reply: None,
+            seal: SealState::default(),
+            seal_tasks: JoinSet::new(),
+            gc: GcQueue::default(),
+            gc_tasks: JoinSet::new(),
+            collecting: false,
+            reopen_needed: false,
         };
         actor.install(opened);
         actor
@@ -215,16 +239,29 @@ impl Actor {
 
     pub(crate) async fn run(mut self) {
         loop {
-            if !self.receiving && self.batches.is_empty() && self.inflight.is_empty() {
-                break;
+            let drained = !self.receiving && self.batches.is_empty() && self.inflight.is_empty();
+            if drained && self.seal_tasks.is_empty() {
+                if !self.wants_final_seal() {
+                    break;
+                }
+                self.seal.final_started = true;
+                self.start_seal();
             }
             let accept = self.receiving && self.can_accept();
             let gap_deadline = self.gap_deadline();
+            let seal_deadline = self.seal_deadline();
+            let gc_deadline = self.gc_deadline();
             let far = Instant::now() + Duration::from_secs(3600);
             tokio::select! {
                 biased;
                 Some(joined) = self.puts.join_next_with_id(), if !self.puts.is_empty() => {
                     self.on_put_joined(joined);
+                }
+                Some(joined) = self.seal_tasks.join_next(), if !self.seal_tasks.is_empty() => {
+                    self.on_seal_joined(joined);
+                }
+                Some(joined) = self.gc_tasks.join_next(), if !self.gc_tasks.is_empty() => {
+                    self.on_gc_joined(joined);
                 }
                 command = self.rx.recv(), if accept => match command {
                     Some(command) => {
@@ -234,6 +271,8 @@ impl Actor {
                     None => self.stop_receiving(),
                 },
                 _ = tokio::time::sleep_until(gap_deadline.unwrap_or(far)), if gap_deadline.is_some() => {}
+                _ = tokio::time::sleep_until(seal_deadline.unwrap_or(far)), if seal_deadline.is_some() => {}
+                _ = tokio::time::sleep_until(gc_deadline.unwrap_or(far)), if gc_deadline.is_some() => {}
                 else => {
                     // Nothing can make progress: only possible once fenced or stopped.
                     if self.receiving && !self.fenced {
@@ -247,6 +286,8 @@ impl Actor {
                 self.settle_herd().await;
             }
             self.flush_ready();
+            self.maybe_seal();
+            self.maybe_collect();
         }
         if !self.fenced {
             self.shared.status.send_replace(ShardStatus::Stopped);
@@ -305,6 +346,13 @@ impl Actor {
             Command::Create { create, reply } => self.commit_create(create, reply),
             Command::Delete { stream, reply } => self.commit_delete(stream, reply),
             Command::Barrier { reply } => self.reply_when_durable(Reply::Unit(reply, Ok(()))),
+            Command::Seal { reply } => {
+                if self.seal.dirty.is_empty() && self.seal.objects_unsealed == 0 {
+                    let _ = reply.send(Ok(()));
+                } else {
+                    self.seal.waiting.push(reply);
+                }
+            }
             Command::Shutdown { reply } => {
                 self.shutdown_reply = Some(reply);
                 self.stop_receiving();
@@ -630,6 +678,7 @@ impl Actor {
         self.put_tasks.insert(handle.id(), issue);
         self.inflight.push_back(InFlight {
             issue,
+            slot,
             object: None,
             replies: batch.replies,
             bytes: batch.bytes,
@@ -700,6 +749,8 @@ impl Actor {
         ) {
             let done = self.inflight.pop_front().expect("front exists");
             self.pending_bytes -= done.bytes;
+            self.seal.durable_chain_end = done.slot;
+            self.seal.objects_unsealed += 1;
             if let Some(object) = &done.object {
                 self.publish(object);
             }
@@ -712,18 +763,28 @@ impl Actor {
     /// Makes an acknowledged object's entries visible to readers.
     fn publish(&mut self, object: &WalObject) {
         let mut touched: Vec<Arc<StreamCell>> = Vec::new();
+        let now = Instant::now();
         for entry in &object.entries {
             let id = super::state::entry_stream(entry).id;
+            self.seal.mark_dirty(id, now);
             let existing = self.shared.cell(&id);
             let result = match &existing {
                 Some(cell) => {
                     let mut state = cell.state.write();
                     let before = state.page_bytes;
+                    // A delete or a new incarnation drops the sealed chunks.
+                    let sealed_before = matches!(entry, WalEntry::Delete(_) | WalEntry::Create(_))
+                        .then(|| state.sealed.clone());
                     let result = apply_entry(Some(&mut state), entry).map(|fresh| {
                         if let Some(fresh) = fresh {
                             *state = fresh;
                         }
                     });
+                    if let Some(old) = sealed_before {
+                        if state.sealed.is_empty() {
+                            self.seal.release(&old);
+                        }
+                    }
                     self.account_memory(before, state.page_bytes);
                     result
                 }
@@ -769,17 +830,26 @@ impl Actor {
     /// Once every object before the failed one is acknowledged: fail the rest
     /// and re-open the shard from the store.
     async fn settle_failure(&mut self) {
-        let Some(failed) = self.failed_issue else {
-            return;
-        };
         if self.fenced {
             return;
         }
-        if self.inflight.front().is_some_and(|f| f.issue < failed) {
+        let wal_failed = self
+            .failed_issue
+            .is_some_and(|failed| self.inflight.front().is_none_or(|f| f.issue >= failed));
+        if !wal_failed && !self.reopen_needed {
             return;
         }
+        self.reopen_needed = false;
         self.fail_pending(EngineError::OutcomeUnknown);
         self.failed_issue = None;
+        // A seal in flight lands or fails before the re-claim, so the manifest
+        // we re-claim from is the one we last wrote.
+        while let Some(joined) = self.seal_tasks.join_next().await {
+            self.on_seal_joined(joined);
+        }
+        if self.fenced {
+            return;
+        }
         self.reopen().await;
     }
 
@@ -802,6 +872,9 @@ impl Actor {
 
     fn become_fenced(&mut self) {
         self.fenced = true;
+        for waiter in self.seal.waiting.drain(..) {
+            let _ = waiter.send(Err(EngineError::Fenced));
+        }
         self.failed_issue = None;
         self.fail_pending(EngineError::Fenced);
         self.shared.status.send_replace(ShardStatus::Fenced);
@@ -813,7 +886,7 @@ impl Actor {
         self.shared.status.send_replace(ShardStatus::Recovering);
         let mut attempt = 0u32;
         let claimed = loop {
-            match recovery::claim(&self.ctx, Some(&self.manifest)).await {
+            match recovery::reclaim(&self.ctx, self.epoch).await {
                 Ok(claimed) => break claimed,
                 Err(EngineError::Fenced) => return self.become_fenced(),
                 Err(error) => self.back_off(&mut attempt, &error).await,
@@ -847,6 +920,39 @@ impl Actor {
 
     /// Adopts a freshly opened shard: its manifest, epoch, slots and state.
     fn install(&mut self, opened: Opened) {
+        let now = Instant::now();
+        let mut seal = SealState {
+            dirty_since: (!opened.touched.is_empty()).then_some(now),
+            dirty: opened.touched,
+            objects_unsealed: opened.data_objects,
+            durable_chain_end: opened.chain_end,
+            fence_window: opened.fence_window,
+            next_object_id: opened.manifest.value.next_object_id,
+            final_started: self.seal.final_started,
+            waiting: std::mem::take(&mut self.seal.waiting),
+            ..SealState::default()
+        };
+        for durable in opened.table.streams.values() {
+            if durable.tail.status != StreamStatus::Deleted {
+                durable.sealed.iter().for_each(|c| seal.adopt(c));
+            }
+        }
+        seal.dead = opened
+            .manifest
+            .value
+            .segments
+            .iter()
+            .map(|s| ObjectId(s.id))
+            .filter(|id| !seal.live_chunks.contains_key(id))
+            .collect();
+        self.seal = seal;
+        // The sweep finds again whatever was queued, with a fresh grace period.
+        self.gc = GcQueue::default();
+        self.gc_tasks.spawn(gc::sweep(
+            self.ctx.clone(),
+            opened.manifest.value.clone(),
+            opened.epoch,
+        ));
         self.manifest = opened.manifest;
         self.epoch = opened.epoch;
         self.next_slot = opened.next_slot;
@@ -881,6 +987,277 @@ impl Actor {
     }
 }
 
+impl Actor {
+    // ------------------------------------------------------------------ sealer
+
+    fn may_seal(&self) -> bool {
+        !self.fenced
+            && !self.reopen_needed
+            && self.failed_issue.is_none()
+            && self.seal_tasks.is_empty()
+            && *self.shared.status.borrow() == ShardStatus::Active
+    }
+
+    fn wants_final_seal(&self) -> bool {
+        self.may_seal() && !self.seal.final_started && !self.seal.dirty.is_empty()
+    }
+
+    /// When the age trigger (or the back-off after a failure) falls due.
+    fn seal_deadline(&self) -> Option<Instant> {
+        if !self.may_seal() {
+            return None;
+        }
+        let due = self.seal.dirty_since? + self.ctx.config.seal_age;
+        Some(self.seal.retry_at.map_or(due, |r| r.max(due)))
+    }
+
+    fn maybe_seal(&mut self) {
+        if !self.may_seal() {
+            return;
+        }
+        if self.seal.dirty.is_empty() {
+            // `seal_now` callers that asked while a seal covering everything
+            // was running: answered now, or sealed for the acknowledged
+            // objects that changed no stream (the replay point still moves).
+            if !self.seal.waiting.is_empty() {
+                if self.seal.objects_unsealed == 0 {
+                    for waiter in self.seal.waiting.drain(..) {
+                        let _ = waiter.send(Ok(()));
+                    }
+                } else {
+                    self.start_seal();
+                }
+            }
+            return;
+        }
+        let now = Instant::now();
+        if self.seal.retry_at.is_some_and(|r| r > now) && self.seal.waiting.is_empty() {
+            return;
+        }
+        let config = &self.ctx.config;
+        let memory = self.shared.memory_page_bytes.load(Ordering::Relaxed);
+        let due = !self.seal.waiting.is_empty()
+            || memory >= config.seal_bytes
+            || self.seal.objects_unsealed >= config.seal_objects
+            || self
+                .seal
+                .dirty_since
+                .is_some_and(|since| since + config.seal_age <= now);
+        if due {
+            self.start_seal();
+        }
+    }
+
+    /// Snapshots the durable state of the dirty streams (every stream, when
+    /// the run count calls for a full run) and starts the seal task.
+    fn start_seal(&mut self) {
+        let full = self.manifest.value.index_runs.len() + 1 > self.ctx.config.max_index_runs.max(1);
+        let dirty = self.seal.begin();
+        self.seal.sealing_waiters = std::mem::take(&mut self.seal.waiting);
+        let ids: Vec<[u8; 16]> = if full {
+            self.shared.streams.read().keys().copied().collect()
+        } else {
+            dirty.into_iter().collect()
+        };
+        let mut streams = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(cell) = self.shared.cell(&id) else {
+                continue;
+            };
+            let state = cell.state.read();
+            streams.push(SealStream {
+                tail: state.tail.clone(),
+                pages: state.pages.iter().map(|p| p.bytes.clone()).collect(),
+                prior: if full {
+                    state.sealed.clone()
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        streams.sort_by_key(|s| s.tail.stream.id);
+        let base_id = self
+            .seal
+            .next_object_id
+            .max(self.manifest.value.next_object_id);
+        self.seal.next_object_id = base_id + 2;
+        let chain_end = self.seal.durable_chain_end;
+        let plan = SealPlan {
+            base: self.manifest.clone(),
+            write_id: self.ctx.env.entropy.bytes16(),
+            replay: ReplayPoint {
+                slot: chain_end + 1,
+                epoch_floor: self.epoch,
+                chain_end,
+            },
+            segment_id: ObjectId::new(self.epoch, base_id),
+            run_id: ObjectId::new(self.epoch, base_id + 1),
+            next_object_id: base_id + 2,
+            full,
+            streams,
+            dead_segments: self.seal.dead.iter().copied().collect(),
+            fence_window: self.seal.fence_window,
+        };
+        tracing::debug!(
+            shard = %self.ctx.layout.shard(),
+            full,
+            streams = plan.streams.len(),
+            replay_slot = plan.replay.slot,
+            "seal started"
+        );
+        self.seal_tasks.spawn(seal::run(self.ctx.clone(), plan));
+    }
+
+    fn on_seal_joined(&mut self, joined: Result<SealResult, tokio::task::JoinError>) {
+        let now = Instant::now();
+        let done = match joined {
+            Ok(Ok(done)) => done,
+            Ok(Err(SealFailure::Fenced)) => {
+                tracing::warn!(shard = %self.ctx.layout.shard(), "seal refused: fenced by a newer owner");
+                self.seal.failed(now, EngineError::Fenced);
+                return self.become_fenced();
+            }
+            Ok(Err(SealFailure::Failed(error))) => {
+                tracing::warn!(shard = %self.ctx.layout.shard(), %error, "seal failed; backing off");
+                return self.seal.failed(now, error);
+            }
+            Ok(Err(SealFailure::Unknown(error))) => {
+                tracing::warn!(shard = %self.ctx.layout.shard(), %error, "seal outcome unknown; re-opening from the store");
+                self.seal.failed(now, error);
+                self.reopen_needed = true;
+                return;
+            }
+            Err(error) => {
+                tracing::error!(shard = %self.ctx.layout.shard(), %error, "seal task ended abnormally");
+                return self.seal.failed(
+                    now,
+                    EngineError::Unavailable {
+                        reason: "the seal task ended abnormally".into(),
+                    },
+                );
+            }
+        };
+        self.seal.succeeded();
+        tracing::debug!(
+            shard = %self.ctx.layout.shard(),
+            version = done.manifest.value.version,
+            replay_slot = done.manifest.value.replay.slot,
+            chunks = done.chunks.len(),
+            "seal landed"
+        );
+        self.manifest = done.manifest;
+        for dead in &done.dead_segments {
+            self.seal.dead.remove(dead);
+            self.seal.live_chunks.remove(dead);
+        }
+        // The sealed pages leave memory; their chunk joins the sealed tier.
+        let mut freed = 0u64;
+        for new in done.chunks {
+            let Some(cell) = self.shared.cell(&new.stream.id) else {
+                continue;
+            };
+            let mut state = cell.state.write();
+            if !state.tail.is_live(&new.stream) {
+                continue;
+            }
+            let count = state
+                .pages
+                .partition_point(|p| p.end_offset() <= new.chunk.end_offset());
+            let tiles = state.pages.first().map(|p| p.first_offset)
+                == Some(new.chunk.first_offset())
+                && state.pages[..count].last().map(|p| p.end_offset())
+                    == Some(new.chunk.end_offset());
+            if !tiles {
+                tracing::error!(shard = %self.ctx.layout.shard(), "sealed chunk does not match the stream's unsealed pages; keeping them in memory");
+                continue;
+            }
+            let bytes: u64 = state.pages[..count]
+                .iter()
+                .map(|p| p.bytes.len() as u64)
+                .sum();
+            state.pages.drain(..count);
+            state.page_bytes -= bytes;
+            freed += bytes;
+            self.seal.adopt(&new.chunk);
+            state.sealed.push(new.chunk);
+        }
+        self.shared
+            .memory_page_bytes
+            .fetch_sub(freed, Ordering::Relaxed);
+        if let Some(segment) = done.segment {
+            if !self.seal.live_chunks.contains_key(&segment) {
+                self.seal.dead.insert(segment);
+            }
+        }
+        let due = now + self.ctx.config.gc_grace;
+        for garbage in done.garbage {
+            self.gc.push(due, garbage);
+        }
+    }
+
+    // ---------------------------------------------------------- garbage collector
+
+    fn gc_deadline(&self) -> Option<Instant> {
+        if self.fenced || self.collecting {
+            return None;
+        }
+        self.gc.next_due()
+    }
+
+    fn maybe_collect(&mut self) {
+        if self.fenced || self.collecting {
+            return;
+        }
+        let now = Instant::now();
+        if self.gc.next_due().is_none_or(|due| due > now) {
+            return;
+        }
+        let mut batch = Vec::new();
+        for garbage in self.gc.take_due(now) {
+            match garbage {
+                gc::Garbage::Segment(id) if self.shared.is_pinned(id) => {
+                    self.gc.push(now + PINNED_RECHECK, garbage);
+                }
+                other => batch.push(other),
+            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        self.collecting = true;
+        self.gc_tasks.spawn(gc::collect(self.ctx.clone(), batch));
+    }
+
+    fn on_gc_joined(&mut self, joined: Result<GcOutcome, tokio::task::JoinError>) {
+        let now = Instant::now();
+        match joined {
+            Ok(GcOutcome::Swept(Ok(found))) => {
+                let due = now + self.ctx.config.gc_grace;
+                for garbage in found {
+                    self.gc.push(due, garbage);
+                }
+            }
+            Ok(GcOutcome::Swept(Err(error))) => {
+                tracing::warn!(shard = %self.ctx.layout.shard(), %error, "garbage sweep failed; the next open sweeps again");
+            }
+            Ok(GcOutcome::Collected { failed, deleted }) => {
+                self.collecting = false;
+                self.shared
+                    .gc_deleted_objects
+                    .fetch_add(deleted, Ordering::Relaxed);
+                for garbage in failed {
+                    self.gc.push(now + GC_RETRY, garbage);
+                }
+            }
+            Err(error) => {
+                // A collection task that died leaves its garbage to the next sweep.
+                self.collecting = false;
+                tracing::error!(shard = %self.ctx.layout.shard(), %error, "garbage task ended abnormally");
+            }
+        }
+    }
+}
+
 fn reject(command: Command, error: EngineError) {
     match command {
         Command::Append(job) => {
@@ -889,7 +1266,7 @@ fn reject(command: Command, error: EngineError) {
         Command::Create { reply, .. } => {
             let _ = reply.send(Err(error));
         }
-        Command::Delete { reply, .. } | Command::Barrier { reply } => {
+        Command::Delete { reply, .. } | Command::Barrier { reply } | Command::Seal { reply } => {
             let _ = reply.send(Err(error));
         }
         Command::Shutdown { reply } => {

@@ -23,6 +23,29 @@ pub(crate) enum WalPutOutcome {
     Failed(object_store::Error),
 }
 
+/// Runs `call` until it succeeds, fails with an error that is not transient,
+/// or has used `retry.attempts` attempts, sleeping the policy's backoff
+/// between attempts.
+pub(crate) async fn with_retries<T, F, Fut>(
+    retry: &RetryPolicy,
+    mut call: F,
+) -> Result<T, object_store::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, object_store::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match call().await {
+            Err(e) if is_transient(&e) && attempt + 1 < retry.attempts => {
+                tokio::time::sleep(retry.backoff(attempt)).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Reads a whole object; `None` if it does not exist. Transient errors are
 /// retried.
 pub(crate) async fn get_object(
@@ -30,21 +53,17 @@ pub(crate) async fn get_object(
     path: &Path,
     retry: &RetryPolicy,
 ) -> Result<Option<Bytes>, object_store::Error> {
-    let mut attempt = 0;
-    loop {
-        let result = match store.get(path).await {
+    let result = with_retries(retry, || async {
+        match store.get(path).await {
             Ok(r) => r.bytes().await,
             Err(e) => Err(e),
-        };
-        match result {
-            Ok(bytes) => return Ok(Some(bytes)),
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) if is_transient(&e) && attempt + 1 < retry.attempts => {
-                tokio::time::sleep(retry.backoff(attempt)).await;
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
         }
+    })
+    .await;
+    match result {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -100,4 +119,77 @@ pub(crate) async fn put_wal_object(
         tokio::time::sleep(retry.backoff(attempt)).await;
         attempt += 1;
     }
+}
+
+/// Writes an immutable object (segment, index run) create-only. An existing
+/// object is read back: the same bytes mean an earlier attempt of ours landed;
+/// anything else is an error (names are unique per writer epoch, so that is
+/// damage or a bug, never a race).
+pub(crate) async fn put_immutable(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    bytes: Bytes,
+    retry: &RetryPolicy,
+) -> Result<(), object_store::Error> {
+    let mut attempt = 0;
+    loop {
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        let error = match store
+            .put_opts(path, PutPayload::from(bytes.clone()), options)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        if matches!(error, object_store::Error::AlreadyExists { .. }) {
+            return match get_object(store, path, retry).await? {
+                Some(found) if found == bytes => Ok(()),
+                _ => Err(error),
+            };
+        }
+        if !is_transient(&error) || attempt + 1 >= retry.attempts {
+            return Err(error);
+        }
+        tracing::debug!(%path, attempt, %error, "immutable put failed; retrying");
+        tokio::time::sleep(retry.backoff(attempt)).await;
+        attempt += 1;
+    }
+}
+
+/// Replaces an object unconditionally (the name stays occupied throughout).
+pub(crate) async fn overwrite_object(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    bytes: Bytes,
+    retry: &RetryPolicy,
+) -> Result<(), object_store::Error> {
+    with_retries(retry, || async {
+        let options = PutOptions {
+            mode: PutMode::Overwrite,
+            ..Default::default()
+        };
+        store
+            .put_opts(path, PutPayload::from(bytes.clone()), options)
+            .await
+            .map(|_| ())
+    })
+    .await
+}
+
+/// Deletes an object; one that is already gone counts as deleted.
+pub(crate) async fn delete_object(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    retry: &RetryPolicy,
+) -> Result<(), object_store::Error> {
+    with_retries(retry, || async {
+        match store.delete(path).await {
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            other => other,
+        }
+    })
+    .await
 }

@@ -27,10 +27,14 @@
 //! * A fenced owner acknowledges nothing more.
 
 mod actor;
+mod gc;
 mod io;
 mod read;
 pub mod recovery;
+mod seal;
+pub mod sealed;
 pub mod state;
+mod tiers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,13 +52,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::env::EngineEnv;
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName, StreamRef};
-use crate::layout::ShardLayout;
+use crate::layout::{ObjectId, ShardLayout};
 
 pub use read::{ReadBatch, ReadLimits, WaitOutcome};
 pub use recovery::{inspect_log, LogView, RecoveryReport};
 pub use state::{
     ApplyError, DurableStream, ProducerClaim, ProducerState, StreamStatus, StreamTable, Tail,
 };
+pub use tiers::ChunkCache;
 
 /// Tunables of one shard.
 #[derive(Debug, Clone)]
@@ -82,6 +87,19 @@ pub struct ShardConfig {
     pub store_retry: RetryPolicy,
     /// Back-off ceiling while re-opening after a store failure.
     pub reopen_backoff_max: Duration,
+    /// Seal when the unsealed pages in memory reach this many bytes…
+    pub seal_bytes: u64,
+    /// …or this many WAL objects were acknowledged since the last seal…
+    pub seal_objects: u64,
+    /// …or the oldest unsealed change is this old.
+    pub seal_age: Duration,
+    /// Merge index runs when the manifest lists more than this many.
+    pub max_index_runs: usize,
+    /// How long garbage (old WAL objects, merged runs, dead segments) waits
+    /// before it is deleted: readers that started before still find it.
+    pub gc_grace: Duration,
+    /// Local disk cache of sealed chunks (shared by the shards of a process).
+    pub chunk_cache: Option<Arc<tiers::ChunkCache>>,
 }
 
 impl Default for ShardConfig {
@@ -98,6 +116,12 @@ impl Default for ShardConfig {
             replay_parallelism: 16,
             store_retry: RetryPolicy::default(),
             reopen_backoff_max: Duration::from_secs(5),
+            seal_bytes: 24 << 20,
+            seal_objects: 48,
+            seal_age: Duration::from_secs(45),
+            max_index_runs: 8,
+            gc_grace: Duration::from_secs(600),
+            chunk_cache: None,
         }
     }
 }
@@ -223,6 +247,10 @@ pub(crate) enum Command {
     Barrier {
         reply: oneshot::Sender<Result<(), EngineError>>,
     },
+    /// Seals now; answers when a seal that started after it landed.
+    Seal {
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
     Shutdown {
         reply: oneshot::Sender<()>,
     },
@@ -263,11 +291,58 @@ pub(crate) struct ShardShared {
     pub status: watch::Sender<ShardStatus>,
     pub memory_page_bytes: std::sync::atomic::AtomicU64,
     pub last_recovery: parking_lot::Mutex<RecoveryReport>,
+    /// Segments reads in progress hold: garbage collection waits for them.
+    pub pins: parking_lot::Mutex<HashMap<ObjectId, u32>>,
+    pub gc_deleted_objects: std::sync::atomic::AtomicU64,
 }
 
 impl ShardShared {
     fn cell(&self, id: &[u8; 16]) -> Option<Arc<StreamCell>> {
         self.streams.read().get(id).cloned()
+    }
+
+    /// Pins segments until the guard drops. Readers pin while they still hold
+    /// the stream's read lock, so a segment the collector finds unpinned is
+    /// one no read can reach any more.
+    pub fn pin_segments(
+        self: &Arc<Self>,
+        segments: impl IntoIterator<Item = ObjectId>,
+    ) -> SegmentPins {
+        let mut ids: Vec<ObjectId> = segments.into_iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut pins = self.pins.lock();
+        for id in &ids {
+            *pins.entry(*id).or_default() += 1;
+        }
+        SegmentPins {
+            shared: self.clone(),
+            ids,
+        }
+    }
+
+    pub fn is_pinned(&self, id: ObjectId) -> bool {
+        self.pins.lock().contains_key(&id)
+    }
+}
+
+/// Segments pinned by one read.
+pub(crate) struct SegmentPins {
+    shared: Arc<ShardShared>,
+    ids: Vec<ObjectId>,
+}
+
+impl Drop for SegmentPins {
+    fn drop(&mut self) {
+        let mut pins = self.shared.pins.lock();
+        for id in &self.ids {
+            if let Some(count) = pins.get_mut(id) {
+                *count -= 1;
+                if *count == 0 {
+                    pins.remove(id);
+                }
+            }
+        }
     }
 }
 
@@ -316,6 +391,8 @@ impl Shard {
             status: watch::channel(ShardStatus::Active).0,
             memory_page_bytes: Default::default(),
             last_recovery: parking_lot::Mutex::new(opened.report.clone()),
+            pins: Default::default(),
+            gc_deleted_objects: Default::default(),
         });
         let (tx, rx) = mpsc::channel(ctx.config.ingest_queue_capacity.max(1));
         let actor = actor::Actor::new(ctx.clone(), shared.clone(), rx, opened);
@@ -341,6 +418,22 @@ impl Shard {
     /// What the last (re)open found.
     pub fn last_recovery(&self) -> RecoveryReport {
         self.inner.shared.last_recovery.lock().clone()
+    }
+
+    /// Page bytes held in memory (durable, not yet sealed).
+    pub fn unsealed_bytes(&self) -> u64 {
+        self.inner
+            .shared
+            .memory_page_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Objects garbage collection has deleted since the shard was opened.
+    pub fn gc_deleted_objects(&self) -> u64 {
+        self.inner
+            .shared
+            .gc_deleted_objects
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn submit(&self, command: Command) -> Result<(), EngineError> {
@@ -477,6 +570,16 @@ impl Shard {
         Self::answer(rx).await
     }
 
+    /// Seals everything durable now (whatever the thresholds say) and answers
+    /// once the seal landed: then a re-open replays no WAL object written
+    /// before this call.
+    pub async fn seal_now(&self) -> Result<(), EngineError> {
+        self.barrier().await?;
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Seal { reply })?;
+        Self::answer(rx).await
+    }
+
     /// Durable tail of a live stream incarnation.
     pub fn stream_info(&self, stream: &StreamRef) -> Option<StreamInfo> {
         let cell = self.inner.shared.cell(&stream.id)?;
@@ -485,6 +588,39 @@ impl Shard {
             tail: state.tail.clone(),
             page_bytes: state.page_bytes,
         })
+    }
+
+    /// Sealed chunks a live stream has.
+    pub fn sealed_chunks(&self, stream: &StreamRef) -> usize {
+        self.inner
+            .shared
+            .cell(&stream.id)
+            .map_or(0, |cell| cell.state.read().sealed.len())
+    }
+
+    /// A one-line picture of a stream's tiers (for failure reports).
+    pub fn describe_stream(&self, stream: &StreamRef) -> String {
+        let Some(cell) = self.inner.shared.cell(&stream.id) else {
+            return "no such stream".into();
+        };
+        let state = cell.state.read();
+        let sealed: Vec<String> = state
+            .sealed
+            .iter()
+            .map(|c| format!("{}..{}@{:x}", c.first_offset(), c.end_offset(), c.segment.0))
+            .collect();
+        let pages: Vec<String> = state
+            .pages
+            .iter()
+            .map(|p| format!("{}..{}", p.first_offset, p.end_offset()))
+            .collect();
+        format!(
+            "tail {} {:?}; sealed [{}]; pages [{}]",
+            state.tail.next_offset,
+            state.tail.status,
+            sealed.join(" "),
+            pages.join(" ")
+        )
     }
 
     /// Every durable stream tail (live, closed or deleted) of the shard.

@@ -3,10 +3,14 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use strata_segments::segment::{routing_key_hash, Chunk};
 use strata_segments::{open_page, PageError, Record, StreamCipher};
 
+use super::sealed::SealedChunk;
 use super::state::{StoredPage, StreamStatus};
-use super::Shard;
+use super::tiers::{load_chunk, read_ahead, READ_AHEAD_CHUNKS};
+use super::{Shard, ShardCtx};
 use crate::error::EngineError;
 use crate::ids::StreamRef;
 
@@ -44,6 +48,106 @@ impl ReadBatch {
     }
 }
 
+/// Sealed chunks fetched at once by one read.
+const CHUNK_FETCHES_MAX: usize = 8;
+
+/// The chunks a read chose must start at or before `from` and follow each
+/// other without a gap up to the unsealed pages: a read never skips offsets
+/// silently (it would otherwise return nothing and never catch up).
+fn check_tiling(chunks: &[SealedChunk], from: u64, unsealed_from: u64) -> Result<(), String> {
+    let Some(first) = chunks.first() else {
+        return Err(format!("no sealed chunk holds offset {from}"));
+    };
+    if first.first_offset() > from {
+        return Err(format!("no sealed chunk holds offset {from}"));
+    }
+    for pair in chunks.windows(2) {
+        if pair[0].end_offset() != pair[1].first_offset() {
+            return Err(format!(
+                "sealed chunks leave offsets {}..{} out",
+                pair[0].end_offset(),
+                pair[1].first_offset()
+            ));
+        }
+    }
+    let last = chunks.last().map_or(from, SealedChunk::end_offset);
+    if last > unsealed_from {
+        return Err(format!(
+            "sealed chunks reach {last}, past the unsealed pages at {unsealed_from}"
+        ));
+    }
+    Ok(())
+}
+
+/// A chunk a read needs, or `None` when its routing-key summary excludes the
+/// key (no GET is made).
+async fn fetch_chunk(
+    ctx: &ShardCtx,
+    sealed: &SealedChunk,
+    key_hash: Option<u64>,
+) -> Result<Option<Chunk>, EngineError> {
+    if key_hash.is_some_and(|h| !sealed.chunk.summary.may_contain(h)) {
+        return Ok(None);
+    }
+    load_chunk(ctx, sealed).await.map(Some)
+}
+
+/// Accumulates a read's records up to its limits.
+struct Collector {
+    out: Vec<Record>,
+    next_offset: u64,
+    bytes: usize,
+    from: u64,
+    limits: ReadLimits,
+    full: bool,
+}
+
+impl Collector {
+    fn skip_to(&mut self, end: u64) {
+        if !self.full {
+            self.next_offset = self.next_offset.max(end);
+        }
+    }
+
+    /// Takes a page's records from `from` on; with `routing_key`, a page of
+    /// another key (one whose hash only collided) is skipped.
+    fn take_page(
+        &mut self,
+        cipher: &StreamCipher,
+        page: &Bytes,
+        routing_key: Option<&[u8]>,
+    ) -> Result<(), EngineError> {
+        let header = strata_segments::parse_header(page)?;
+        if routing_key.is_some_and(|rk| rk != header.routing_key.as_ref()) {
+            self.skip_to(header.end_offset());
+            return Ok(());
+        }
+        let page_cipher = cipher.page_cipher(&header.routing_key, header.key_version);
+        let opened = open_page(&page_cipher, page).map_err(|e| match e {
+            PageError::Authentication => EngineError::PageAuthentication {
+                offset: header.first_offset,
+            },
+            other => EngineError::Page(other),
+        })?;
+        for record in opened.records {
+            if record.offset < self.from {
+                continue;
+            }
+            if !self.out.is_empty()
+                && (self.bytes >= self.limits.max_bytes
+                    || self.out.len() >= self.limits.max_records)
+            {
+                self.full = true;
+                return Ok(());
+            }
+            self.bytes += record.payload.len();
+            self.next_offset = record.offset + 1;
+            self.out.push(record);
+        }
+        Ok(())
+    }
+}
+
 /// How a wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitOutcome {
@@ -58,8 +162,33 @@ pub enum WaitOutcome {
 }
 
 impl Shard {
-    /// Reads records from `from` (records of `routing_key` only, if given).
-    pub fn read(
+    /// Reads records from `from` (records of `routing_key` only, if given):
+    /// sealed chunks first (ranged GETs in parallel, through the chunk cache;
+    /// a chunk whose routing-key summary excludes the key is skipped without a
+    /// GET), then the unsealed pages in memory. The two tiers are taken from
+    /// one snapshot, so a seal in flight never opens a hole.
+    pub async fn read(
+        &self,
+        stream: &StreamRef,
+        from: u64,
+        limits: ReadLimits,
+        cipher: &StreamCipher,
+        routing_key: Option<&[u8]>,
+    ) -> Result<ReadBatch, EngineError> {
+        let result = self
+            .read_tiers(stream, from, limits, cipher, routing_key)
+            .await;
+        // A fenced owner's sealed objects may be collected by the newer owner:
+        // that is not damage.
+        match result {
+            Err(EngineError::Corrupt { .. }) if self.status() == super::ShardStatus::Fenced => {
+                Err(EngineError::Fenced)
+            }
+            other => other,
+        }
+    }
+
+    async fn read_tiers(
         &self,
         stream: &StreamRef,
         from: u64,
@@ -72,7 +201,8 @@ impl Shard {
             .shared
             .cell(&stream.id)
             .ok_or(EngineError::StreamNotFound)?;
-        let (pages, tail, closed) = {
+        let key_hash = routing_key.map(routing_key_hash);
+        let (chunks, ahead, pages, tail, closed, _pins) = {
             let state = cell.state.read();
             if !state.tail.is_live(stream) {
                 return Err(EngineError::StreamNotFound);
@@ -82,58 +212,123 @@ impl Shard {
             {
                 return Err(EngineError::WrongKey);
             }
-            let start = state.pages.partition_point(|p| p.end_offset() <= from);
-            let mut chosen: Vec<StoredPage> = Vec::new();
             let mut bytes = 0usize;
-            let mut records = 0usize;
-            for page in &state.pages[start..] {
-                if !chosen.is_empty()
-                    && (bytes >= limits.max_bytes || records >= limits.max_records)
-                {
-                    break;
+            let mut chunks: Vec<SealedChunk> = Vec::new();
+            let unsealed_from = state.unsealed_from();
+            if from < unsealed_from {
+                let start = state.sealed.partition_point(|c| c.end_offset() <= from);
+                for chunk in &state.sealed[start..] {
+                    if !chunks.is_empty() && bytes >= limits.max_bytes {
+                        break;
+                    }
+                    bytes += chunk.chunk.length as usize;
+                    chunks.push(chunk.clone());
                 }
-                bytes += page.bytes.len();
-                records += page.record_count as usize;
-                chosen.push(page.clone());
             }
+            if from < unsealed_from {
+                check_tiling(&chunks, from, unsealed_from).map_err(|reason| {
+                    EngineError::corrupt(format!("{} (sealed tier)", self.name()), reason)
+                })?;
+            }
+            // The chunks after these, for the cache to fetch ahead.
+            let ahead: Vec<SealedChunk> = match chunks.last() {
+                Some(last) => {
+                    let next = state
+                        .sealed
+                        .partition_point(|c| c.end_offset() <= last.end_offset());
+                    state.sealed[next..]
+                        .iter()
+                        .filter(|c| key_hash.is_none_or(|h| c.chunk.summary.may_contain(h)))
+                        .take(READ_AHEAD_CHUNKS)
+                        .cloned()
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            let mut chosen: Vec<StoredPage> = Vec::new();
+            let sealed_done = chunks
+                .last()
+                .is_none_or(|c| c.end_offset() >= unsealed_from);
+            if sealed_done {
+                let start = state.pages.partition_point(|p| p.end_offset() <= from);
+                let mut records = 0usize;
+                for page in &state.pages[start..] {
+                    if !(chosen.is_empty() && chunks.is_empty())
+                        && (bytes >= limits.max_bytes || records >= limits.max_records)
+                    {
+                        break;
+                    }
+                    bytes += page.bytes.len();
+                    records += page.record_count as usize;
+                    chosen.push(page.clone());
+                }
+            }
+            // Pinned before the lock is released: see `ShardShared::pin_segments`.
+            let pins = (!chunks.is_empty()).then(|| {
+                self.inner
+                    .shared
+                    .pin_segments(chunks.iter().map(|c| c.segment))
+            });
             (
+                chunks,
+                ahead,
                 chosen,
                 state.tail.next_offset,
                 state.tail.status == StreamStatus::Closed,
+                pins,
             )
         };
-        let mut out = Vec::new();
-        let mut next_offset = from.min(tail);
-        let mut bytes = 0usize;
-        'pages: for page in &pages {
-            if routing_key.is_some_and(|rk| rk != page.routing_key.as_ref()) {
-                next_offset = page.end_offset();
+        let ctx = &self.inner.ctx;
+        read_ahead(ctx, ahead);
+        let mut loaded: Vec<Option<Chunk>> = Vec::with_capacity(chunks.len());
+        for window in chunks.chunks(CHUNK_FETCHES_MAX) {
+            let fetches: Vec<_> = window
+                .iter()
+                .map(|c| fetch_chunk(ctx, c, key_hash))
+                .collect();
+            loaded.extend(futures::future::try_join_all(fetches).await?);
+        }
+        let mut reader = Collector {
+            out: Vec::new(),
+            next_offset: from.min(tail),
+            bytes: 0,
+            from,
+            limits,
+            full: false,
+        };
+        for (sealed, chunk) in chunks.iter().zip(loaded) {
+            let Some(chunk) = chunk else {
+                reader.skip_to(sealed.end_offset());
                 continue;
-            }
-            let header = strata_segments::parse_header(&page.bytes)?;
-            let page_cipher = cipher.page_cipher(&header.routing_key, header.key_version);
-            let opened = open_page(&page_cipher, &page.bytes).map_err(|e| match e {
-                PageError::Authentication => EngineError::PageAuthentication {
-                    offset: page.first_offset,
-                },
-                other => EngineError::Page(other),
-            })?;
-            for record in opened.records {
-                if record.offset < from {
+            };
+            for (entry, page) in chunk.directory.iter().zip(&chunk.pages) {
+                let end = entry.first_offset + entry.record_count as u64;
+                if end <= from || key_hash.is_some_and(|h| h != entry.routing_key_hash) {
+                    reader.skip_to(end);
                     continue;
                 }
-                if !out.is_empty() && (bytes >= limits.max_bytes || out.len() >= limits.max_records)
-                {
-                    break 'pages;
+                reader.take_page(cipher, page, routing_key)?;
+                if reader.full {
+                    break;
                 }
-                bytes += record.payload.len();
-                next_offset = record.offset + 1;
-                out.push(record);
+            }
+            if reader.full {
+                break;
             }
         }
+        for page in &pages {
+            if reader.full {
+                break;
+            }
+            if routing_key.is_some_and(|rk| rk != page.routing_key.as_ref()) {
+                reader.skip_to(page.end_offset());
+                continue;
+            }
+            reader.take_page(cipher, &page.bytes, None)?;
+        }
         Ok(ReadBatch {
-            records: out,
-            next_offset,
+            records: reader.out,
+            next_offset: reader.next_offset,
             tail,
             closed,
         })

@@ -15,24 +15,25 @@
 //!    owner's next WAL write meets an occupied slot and it learns it is fenced;
 //!    anything it writes after the fence is from an older epoch and skipped.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use strata_manifest::{
-    claim_shard, CasObject, ClaimError, Manifest, ManifestCodec, ReplayPoint, Versioned,
+    claim_shard, CasObject, ClaimError, Manifest, ManifestCodec, ReplayPoint, SlotRange, Versioned,
 };
-use strata_wal::{Admission, LogWalk, WalObject, WriterId};
+use strata_wal::{Admission, LogWalk, ObjectKind, WalObject, WriterId};
 
 use super::io::{get_object, put_wal_object, WalPutOutcome};
-use super::state::StreamTable;
+use super::sealed;
+use super::state::{entry_stream, StreamTable};
 use super::{ShardConfig, ShardCtx};
 use crate::env::EngineEnv;
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName};
-use crate::layout::ShardLayout;
+use crate::layout::{ObjectId, ShardLayout};
 
 /// Most slots the fence may move past objects that appeared after the listing.
 const FENCE_PROBES_MAX: u64 = 4096;
@@ -42,7 +43,10 @@ const FENCE_PROBES_MAX: u64 = 4096;
 pub struct RecoveryReport {
     pub epoch: u64,
     pub replay_from: u64,
+    /// WAL objects replayed (data and fences)…
     pub wal_objects_applied: u64,
+    /// …of which data objects (a shard sealed at shutdown replays none).
+    pub data_objects_applied: u64,
     pub stale_objects_skipped: u64,
     pub fence_slot: u64,
     pub streams: usize,
@@ -60,11 +64,22 @@ pub(crate) struct Opened {
     pub chain_end: u64,
     /// Slots after the fence that already hold objects (of older owners).
     pub occupied: BTreeSet<u64>,
+    /// Streams the replayed WAL objects changed: not in any index run yet.
+    pub touched: HashSet<[u8; 16]>,
+    /// Data objects replayed: the next seal covers them.
+    pub data_objects: u64,
+    /// The slots an older owner may still try to write: from the replay point
+    /// we claimed from through our fence (see `Manifest::fence_windows`).
+    pub fence_window: SlotRange,
     pub report: RecoveryReport,
 }
 
 struct Walker<'a> {
     ctx: &'a ShardCtx,
+    /// Streams changed by the objects applied (they are unsealed).
+    touched: HashSet<[u8; 16]>,
+    /// Data objects applied (fences carry nothing to seal).
+    data_objects: u64,
     /// The epoch of the owner walking (None: a read-only walk). An owner whose
     /// walk admits an object of a newer epoch has been superseded.
     owner_epoch: Option<u64>,
@@ -100,8 +115,12 @@ impl Walker<'_> {
                     self.table
                         .apply(entry)
                         .map_err(|e| EngineError::from_apply(&path, e))?;
+                    self.touched.insert(entry_stream(entry).id);
                 }
                 self.applied += 1;
+                if object.header.kind == ObjectKind::Data {
+                    self.data_objects += 1;
+                }
             }
             Admission::SkipStale | Admission::SkipUnchained => self.skipped += 1,
         }
@@ -115,8 +134,35 @@ pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
     walk_and_fence(ctx, manifest).await
 }
 
-/// Bumps the writer epoch. `expected` is the manifest this owner last wrote,
-/// when it re-claims after its own failure (then any other claim wins).
+/// Re-claims the shard after this owner's own failure at `epoch`: only if the
+/// manifest in the store is still one this owner wrote (its last write may
+/// have landed even if its answer was lost, so the manifest is read rather
+/// than remembered). A manifest of ours at a later epoch is an earlier attempt
+/// of this re-claim that landed: it is adopted. Anyone else's means fenced.
+pub(crate) async fn reclaim(
+    ctx: &ShardCtx,
+    epoch: u64,
+) -> Result<Versioned<Manifest>, EngineError> {
+    let current = ctx
+        .manifest
+        .load()
+        .await
+        .map_err(|e| EngineError::Store {
+            reason: e.to_string(),
+        })?
+        .ok_or_else(|| EngineError::corrupt(ctx.manifest.path(), "the manifest vanished"))?;
+    let writer = current.value.writer;
+    if writer.instance != ctx.instance.0 || writer.epoch < epoch {
+        return Err(EngineError::Fenced);
+    }
+    if writer.epoch > epoch {
+        return Ok(current);
+    }
+    claim(ctx, Some(&current)).await
+}
+
+/// Bumps the writer epoch. `expected` is the manifest to bump (then any other
+/// write since wins and we are fenced); `None` claims whatever is there.
 pub(crate) async fn claim(
     ctx: &ShardCtx,
     expected: Option<&Versioned<Manifest>>,
@@ -147,7 +193,10 @@ pub(crate) async fn walk_and_fence(
     let store = &ctx.env.store;
     let epoch = manifest.value.writer.epoch;
     let replay = manifest.value.replay;
-    let (mut walker, end, listed) = walk(ctx, replay, Some(epoch)).await?;
+    let (mut walker, end, listed) = match walk(ctx, Some(&manifest.value), Some(epoch)).await {
+        Ok(walked) => walked,
+        Err(error) => return Err(superseded_or(ctx, epoch, error).await),
+    };
     let retry = ctx.config.store_retry;
 
     // Fence at the first free slot, walking whatever got there first.
@@ -200,6 +249,7 @@ pub(crate) async fn walk_and_fence(
         epoch,
         replay_from: replay.slot,
         wal_objects_applied: walker.applied,
+        data_objects_applied: walker.data_objects,
         stale_objects_skipped: walker.skipped,
         fence_slot: slot,
         streams: walker.table.streams.len(),
@@ -213,18 +263,50 @@ pub(crate) async fn walk_and_fence(
         next_slot: slot + 1,
         chain_end: slot,
         occupied,
+        touched: walker.touched,
+        data_objects: walker.data_objects,
+        fence_window: SlotRange {
+            start: replay.slot,
+            end: slot + 1,
+        },
         report,
     })
 }
 
+/// An object the claimed manifest needs went missing, or a listed one vanished:
+/// real damage only if the manifest is still ours. A newer owner's garbage
+/// collection removes what it no longer needs, so a slow opener that has been
+/// superseded meets exactly this; it is fenced, not looking at damage.
+async fn superseded_or(ctx: &ShardCtx, epoch: u64, error: EngineError) -> EngineError {
+    if !matches!(
+        error,
+        EngineError::Corrupt { .. } | EngineError::Unavailable { .. }
+    ) {
+        return error;
+    }
+    match ctx.manifest.load().await {
+        Ok(Some(current)) if current.value.writer.epoch > epoch => EngineError::Fenced,
+        _ => error,
+    }
+}
+
 /// Lists the WAL from `replay` and applies the contiguous run of objects that
 /// starts there. Returns the walk, the first missing slot, and every listed slot.
-async fn walk(
-    ctx: &ShardCtx,
-    replay: ReplayPoint,
+async fn walk<'a>(
+    ctx: &'a ShardCtx,
+    manifest: Option<&Manifest>,
     owner_epoch: Option<u64>,
-) -> Result<(Walker<'_>, u64, BTreeSet<u64>), EngineError> {
+) -> Result<(Walker<'a>, u64, BTreeSet<u64>), EngineError> {
     let store = &ctx.env.store;
+    let replay = manifest.map(|m| m.replay).unwrap_or(ReplayPoint {
+        slot: 0,
+        epoch_floor: 0,
+        chain_end: strata_manifest::NO_SLOT,
+    });
+    let table = match manifest {
+        Some(m) => load_runs(ctx, m).await?,
+        None => StreamTable::default(),
+    };
     let listed = list_slots(ctx, replay.slot).await?;
     let mut end = replay.slot;
     while listed.contains(&end) {
@@ -232,9 +314,11 @@ async fn walk(
     }
     let mut walker = Walker {
         ctx,
+        touched: HashSet::new(),
+        data_objects: 0,
         owner_epoch,
         walk: LogWalk::new(replay.epoch_floor, replay.chain_end),
-        table: StreamTable::default(),
+        table,
         applied: 0,
         skipped: 0,
     };
@@ -293,12 +377,7 @@ pub async fn inspect_log(
         config,
         manifest: manifest_cas,
     };
-    let replay = manifest.as_ref().map(|m| m.replay).unwrap_or(ReplayPoint {
-        slot: 0,
-        epoch_floor: 0,
-        chain_end: strata_manifest::NO_SLOT,
-    });
-    let (walker, end, _) = walk(&ctx, replay, None).await?;
+    let (walker, end, _) = walk(&ctx, manifest.as_ref(), None).await?;
     Ok(LogView {
         manifest,
         streams: walker.table,
@@ -306,6 +385,42 @@ pub async fn inspect_log(
         objects_applied: walker.applied,
         stale_objects_skipped: walker.skipped,
     })
+}
+
+/// Rebuilds the sealed state from the index runs a manifest lists (parallel
+/// GETs, applied oldest first).
+pub(crate) async fn load_runs(
+    ctx: &ShardCtx,
+    manifest: &Manifest,
+) -> Result<StreamTable, EngineError> {
+    let store = &ctx.env.store;
+    let retry = ctx.config.store_retry;
+    let paths: Vec<_> = manifest
+        .index_runs
+        .iter()
+        .map(|run| ctx.layout.index_run(ObjectId(run.id)))
+        .collect();
+    let mut loads = futures::stream::iter(paths)
+        .map(|path| async move {
+            let bytes = get_object(store, &path, &retry)
+                .await
+                .map_err(|e| EngineError::store(&e))?
+                .ok_or_else(|| {
+                    EngineError::corrupt(
+                        &path,
+                        "the manifest lists this index run but it is missing",
+                    )
+                })?;
+            let run = strata_manifest::index_run::decode(&bytes)
+                .map_err(|e| EngineError::corrupt(&path, e))?;
+            Ok::<_, EngineError>((path, run))
+        })
+        .buffered(ctx.config.replay_parallelism.max(1));
+    let mut table = StreamTable::default();
+    while let Some((path, run)) = loads.try_next().await? {
+        sealed::apply_run(&mut table, &run).map_err(|e| EngineError::corrupt(&path, e))?;
+    }
+    Ok(table)
 }
 
 /// WAL slots at or after `from` that exist, from one listing.

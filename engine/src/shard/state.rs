@@ -11,6 +11,8 @@ use bytes::Bytes;
 use strata_segments::parse_header;
 use strata_wal::{AppendEntry, CreateEntry, StreamRef, WalEntry};
 
+use super::sealed::SealedChunk;
+
 /// Lifecycle of a stream incarnation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamStatus {
@@ -102,21 +104,32 @@ pub enum ApplyError {
     BadPage { reason: String },
 }
 
-/// A stream's durable state: its tail and the pages not yet sealed.
+/// A stream's durable state: its tail, its sealed chunks (in segment objects),
+/// and the pages not yet sealed (in memory and in WAL objects). Sealed chunks
+/// and unsealed pages tile the offsets `0..tail.next_offset` without a gap.
 #[derive(Debug, Clone)]
 pub struct DurableStream {
     pub tail: Tail,
+    pub sealed: Vec<SealedChunk>,
     pub pages: Vec<StoredPage>,
     pub page_bytes: u64,
 }
 
 impl DurableStream {
-    fn new(tail: Tail) -> Self {
+    pub fn empty(tail: Tail) -> Self {
         DurableStream {
             tail,
+            sealed: Vec::new(),
             pages: Vec::new(),
             page_bytes: 0,
         }
+    }
+
+    /// The first offset held in memory (the end of the sealed tier).
+    pub fn unsealed_from(&self) -> u64 {
+        self.pages
+            .first()
+            .map_or(self.tail.next_offset, |p| p.first_offset)
     }
 }
 
@@ -292,7 +305,7 @@ pub fn apply_entry(
     if let WalEntry::Create(c) = entry {
         let tail = current.as_ref().map(|d| &d.tail);
         return match create_verdict(tail, &stream) {
-            CreateVerdict::New => Ok(Some(DurableStream::new(Tail::new(c)))),
+            CreateVerdict::New => Ok(Some(DurableStream::empty(Tail::new(c)))),
             CreateVerdict::Exists => Ok(None),
             CreateVerdict::Stale => Err(ApplyError::WrongIncarnation {
                 found: stream.incarnation,
@@ -320,6 +333,7 @@ pub fn apply_to_durable(durable: &mut DurableStream, entry: &WalEntry) -> Result
     }
     if matches!(entry, WalEntry::Delete(_)) {
         durable.pages = Vec::new();
+        durable.sealed = Vec::new();
         durable.page_bytes = 0;
     }
     Ok(())

@@ -3,8 +3,10 @@
 //! step. `engine/tests/sim.rs` runs many seeds; a failure prints the one line
 //! that replays it.
 
+mod audit;
 mod faults;
 mod world;
 
+pub use audit::DeleteAudit;
 pub use faults::{FaultConfig, FaultStats, Faults};
 pub use world::{run_seed, SimConfig, SimFailure, SimReport};

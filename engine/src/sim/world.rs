@@ -21,13 +21,20 @@
 //!    owner's view;
 //! 5. no offset is acknowledged twice with different records;
 //! 6. at the moment any owner acknowledges an append, the newest owner already
-//!    shows it: an older owner cannot acknowledge past the newer owner's fence.
+//!    shows it: an older owner cannot acknowledge past the newer owner's fence;
+//! 7. no object is deleted while the manifest references it (every deletion is
+//!    audited against the manifest in the store at that moment).
+//!
+//! Seeds run with tiny seal thresholds, few index runs and a short GC grace, so
+//! seals, full-run merges and deletions interleave with crashes at every step;
+//! invariant 3's read-only walk reads the sealed tier from the store too.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use parking_lot::Mutex;
@@ -38,10 +45,12 @@ use strata_manifest::RetryPolicy;
 use strata_segments::{open_page, StreamCipher, StreamEpoch, StreamKey};
 use tokio::task::JoinSet;
 
+use super::audit::DeleteAudit;
 use super::faults::{FaultConfig, FaultStats, Faults};
 use crate::env::{EngineEnv, SeededEntropy, TokioClock};
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName, StreamRef};
+use crate::layout::{ImmutableKind, ShardLayout};
 use crate::shard::{inspect_log, AppendRequest, ReadLimits, Shard, ShardConfig, ShardStatus};
 use crate::store::Layered;
 
@@ -96,6 +105,10 @@ pub struct SimReport {
     pub takeovers: u64,
     pub checks: u64,
     pub faults: FaultStats,
+    /// Objects deleted by garbage collection (all audited).
+    pub deletes: u64,
+    /// Segment objects in the store at the end.
+    pub segments: u64,
     /// Digest of every event in order: equal digests mean identical runs.
     pub trace_digest: [u8; 8],
 }
@@ -153,6 +166,7 @@ struct World {
     config: SimConfig,
     rng: StdRng,
     faults: Arc<Faults>,
+    audit: Arc<DeleteAudit>,
     clean_store: Arc<dyn ObjectStore>,
     env: EngineEnv,
     shard_name: ShardName,
@@ -187,6 +201,12 @@ impl SimConfig {
             config.shard.max_object_bytes = rng.random_range(64..=512);
         }
         config.shard.ingest_queue_capacity = rng.random_range(4..=64);
+        // Seal often, merge often, collect soon.
+        config.shard.seal_objects = rng.random_range(1..=12);
+        config.shard.seal_bytes = rng.random_range(200..=20_000);
+        config.shard.seal_age = Duration::from_millis(rng.random_range(20..=400));
+        config.shard.max_index_runs = rng.random_range(1..=4);
+        config.shard.gc_grace = Duration::from_millis(rng.random_range(0..=300));
         config
     }
 }
@@ -195,8 +215,14 @@ impl SimConfig {
 pub async fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure> {
     let config = &config.for_seed(seed);
     let clean_store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let faulty = Layered::new(
+    let shard_name = ShardName::new("sim").expect("valid");
+    let audited = Layered::new(
         clean_store.clone(),
+        DeleteAudit::new(clean_store.clone(), ShardLayout::new(shard_name.clone())),
+    );
+    let audit = audited.layer().clone();
+    let faulty = Layered::new(
+        Arc::new(audited),
         Faults::new(seed ^ 0x5eed_fa17, FaultConfig::none()),
     );
     let faults = faulty.layer().clone();
@@ -216,9 +242,10 @@ pub async fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimFai
         config: config.clone(),
         rng: StdRng::seed_from_u64(seed),
         faults,
+        audit,
         clean_store,
         env,
-        shard_name: ShardName::new("sim").expect("valid"),
+        shard_name,
         streams,
         cipher: Arc::new(StreamCipher::new(
             StreamEpoch([9; 16]),
@@ -241,6 +268,12 @@ pub async fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimFai
         checks: 0,
     };
     world.run().await?;
+    let layout = ShardLayout::new(world.shard_name.clone());
+    let segments = world
+        .clean_store
+        .list(Some(&layout.immutable_prefix(ImmutableKind::Segment)))
+        .count()
+        .await as u64;
     let model = world.model.lock();
     let digest = world.trace.lock().digest.clone().finalize();
     Ok(SimReport {
@@ -252,6 +285,8 @@ pub async fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimFai
         takeovers: world.takeovers,
         checks: world.checks,
         faults: world.faults.stats(),
+        deletes: world.audit.deletes(),
+        segments,
         trace_digest: digest[..8].try_into().expect("8 bytes"),
     })
 }
@@ -305,6 +340,10 @@ impl World {
     }
 
     fn take_violations(&self) -> Result<(), SimFailure> {
+        let audited = self.audit.take_violations();
+        if let Some(v) = audited.first() {
+            return Err(self.fail(v.clone()));
+        }
         let model = self.model.lock();
         match model.violations.first() {
             Some(v) => Err(self.fail(v.clone())),
@@ -401,20 +440,24 @@ impl World {
                 if let Ok(Ok(ack)) = &answer {
                     let newest = newest.lock().clone();
                     if let Some(newest) = newest {
-                        let shown = newest.read(
-                            &stream,
-                            ack.first_offset,
-                            ReadLimits {
-                                max_records: payloads.len(),
-                                max_bytes: usize::MAX,
-                            },
-                            &cipher,
-                            None,
-                        );
+                        let shown = newest
+                            .read(
+                                &stream,
+                                ack.first_offset,
+                                ReadLimits {
+                                    max_records: payloads.len(),
+                                    max_bytes: usize::MAX,
+                                },
+                                &cipher,
+                                None,
+                            )
+                            .await;
+                        // A sealed chunk's GET may meet an injected fault: no verdict then.
+                        let unknown = matches!(shown, Err(EngineError::Store { .. }));
                         let shown: Vec<Bytes> = shown
                             .map(|b| b.records.into_iter().map(|r| r.payload).collect())
                             .unwrap_or_default();
-                        if shown != payloads {
+                        if !unknown && shown != payloads {
                             model.lock().violations.push(format!(
                                 "stream {index}: owner {instance} acknowledged {}..{} but the newest owner shows {shown:?} there",
                                 ack.first_offset, ack.next_offset
@@ -557,14 +600,16 @@ impl World {
     }
 
     /// All records of every stream as `shard` shows them.
-    fn visible(&self, shard: &Shard) -> Result<Vec<BTreeMap<u64, Bytes>>, String> {
+    async fn visible(&self, shard: &Shard) -> Result<Vec<BTreeMap<u64, Bytes>>, String> {
         let mut out = Vec::new();
         for (index, stream) in self.streams.iter().enumerate() {
             let mut records = BTreeMap::new();
             let mut from = 0;
-            loop {
+            let mut caught_up = false;
+            for _ in 0..100_000 {
                 let batch = shard
-                    .read(stream, from, ReadLimits::default(), &self.cipher, None)
+                    .read(stream, from, self.read_limits(), &self.cipher, None)
+                    .await
                     .map_err(|e| format!("read of stream {index} from {from} failed: {e}"))?;
                 for record in &batch.records {
                     if record.offset != records.len() as u64 {
@@ -578,8 +623,14 @@ impl World {
                 }
                 from = batch.next_offset;
                 if batch.up_to_date() {
+                    caught_up = true;
                     break;
                 }
+            }
+            if !caught_up {
+                return Err(format!(
+                    "stream {index}: reads never caught up (stuck at {from})"
+                ));
             }
             let unique: HashSet<&Bytes> = records.values().collect();
             if unique.len() != records.len() {
@@ -590,15 +641,80 @@ impl World {
         Ok(out)
     }
 
+    /// Small reads in some seeds, so reads cross the sealed/unsealed boundary.
+    fn read_limits(&self) -> ReadLimits {
+        if self.seed.is_multiple_of(3) {
+            ReadLimits {
+                max_records: 3,
+                max_bytes: 64,
+            }
+        } else {
+            ReadLimits::default()
+        }
+    }
+
+    /// Checks the invariants with the store calm (reads of sealed chunks must
+    /// not fail on injected faults), then restores the weather.
     async fn check(&mut self) -> Result<(), SimFailure> {
+        let weather = self.faults.config();
+        self.faults.set(FaultConfig {
+            latency_ms_max: weather.latency_ms_max,
+            ..FaultConfig::none()
+        });
+        let result = self.check_calm().await;
+        self.faults.set(weather);
+        result
+    }
+
+    async fn check_calm(&mut self) -> Result<(), SimFailure> {
         self.checks += 1;
+        if self
+            .current()
+            .is_some_and(|c| c.status() == ShardStatus::Fenced)
+        {
+            // Legitimate only if a later claim landed: an opener whose claim
+            // succeeded and which then failed (racing takeovers do that)
+            // fences the newest owner at its next manifest write. A fleet
+            // would open the shard again; so does the simulation.
+            let epoch = self.current().map_or(0, |c| c.last_recovery().epoch);
+            let cas = strata_manifest::CasObject::<strata_manifest::ManifestCodec>::new(
+                self.clean_store.clone(),
+                ShardLayout::new(self.shard_name.clone()).manifest(),
+                RetryPolicy::default(),
+            );
+            let claimed = cas
+                .load()
+                .await
+                .ok()
+                .flatten()
+                .map_or(0, |m| m.value.writer.epoch);
+            if claimed <= epoch {
+                return Err(self.fail(format!(
+                    "the newest owner (epoch {epoch}) is fenced but the manifest's epoch is {claimed}"
+                )));
+            }
+            self.event(format!(
+                "newest owner fenced by a later claim (epoch {claimed})"
+            ));
+            self.open_owner().await?;
+        }
         let Some(current) = self.current() else {
             return Ok(());
         };
-        if current.status() == ShardStatus::Fenced {
-            return Err(self.fail("the newest owner is fenced"));
+        // Reads await (sealed chunks), so appends land meanwhile: what older
+        // owners show is read first, what was acknowledged is noted next, and
+        // the current owner's view, read last, must hold both.
+        let mut old_views = Vec::new();
+        for older in &self.owners[..self.owners.len() - 1] {
+            match self.visible(&older.shard).await {
+                Ok(view) => old_views.push((older.instance, view)),
+                // A fenced owner's sealed objects may be collected by now.
+                Err(_) if older.shard.status() == ShardStatus::Fenced => {}
+                Err(m) => return Err(self.fail(m)),
+            }
         }
-        let visible = self.visible(current).map_err(|m| self.fail(m))?;
+        let acked_before = self.model.lock().acked.clone();
+        let visible = self.visible(current).await.map_err(|m| self.fail(m))?;
         // The store's own log, walked read-only without faults.
         let clean_env = EngineEnv {
             store: self.clean_store.clone(),
@@ -607,14 +723,23 @@ impl World {
         let view = inspect_log(clean_env, self.shard_name.clone(), ShardConfig::default())
             .await
             .map_err(|e| self.fail(format!("read-only walk of the log failed: {e}")))?;
+        let mut logged_streams = Vec::with_capacity(visible.len());
+        for index in 0..visible.len() {
+            let logged = self
+                .logged_records(&view, index)
+                .await
+                .map_err(|m| self.fail(m))?;
+            logged_streams.push(logged);
+        }
         {
             let mut model = self.model.lock();
             for (index, records) in visible.iter().enumerate() {
-                for (offset, payload) in &model.acked[index] {
+                for (offset, payload) in &acked_before[index] {
                     if records.get(offset) != Some(payload) {
                         return Err(self.fail(format!(
-                            "stream {index}: acknowledged record {payload:?} at offset {offset} is not readable (found {:?})",
-                            records.get(offset)
+                            "stream {index}: acknowledged record {payload:?} at offset {offset} is not readable (found {:?}); the owner holds {}",
+                            records.get(offset),
+                            current.describe_stream(&self.streams[index])
                         )));
                     }
                 }
@@ -626,9 +751,7 @@ impl World {
                         )));
                     }
                 }
-                let logged = self
-                    .logged_records(&view, index)
-                    .map_err(|m| self.fail(m))?;
+                let logged = &logged_streams[index];
                 for (offset, payload) in records {
                     if logged.get(offset) != Some(payload) {
                         return Err(self.fail(format!(
@@ -639,14 +762,12 @@ impl World {
                 model.seen[index].extend(records.iter().map(|(o, p)| (*o, p.clone())));
             }
         }
-        for older in &self.owners[..self.owners.len() - 1] {
-            let old_view = self.visible(&older.shard).map_err(|m| self.fail(m))?;
+        for (instance, old_view) in old_views {
             for (index, records) in old_view.iter().enumerate() {
                 for (offset, payload) in records {
                     if visible[index].get(offset) != Some(payload) {
                         return Err(self.fail(format!(
-                            "stream {index}: older owner {} shows offset {offset} differently from the current owner",
-                            older.instance
+                            "stream {index}: older owner {instance} shows offset {offset} differently from the current owner"
                         )));
                     }
                 }
@@ -659,7 +780,9 @@ impl World {
         Ok(())
     }
 
-    fn logged_records(
+    /// A stream's records as the store holds them: sealed chunks (read from
+    /// the store) then the unsealed pages of the WAL.
+    async fn logged_records(
         &self,
         view: &crate::shard::LogView,
         index: usize,
@@ -669,12 +792,30 @@ impl World {
         let Some(durable) = view.streams.streams.get(&stream.id) else {
             return Ok(out);
         };
-        for page in &durable.pages {
-            let header = strata_segments::parse_header(&page.bytes).map_err(|e| e.to_string())?;
+        let layout = ShardLayout::new(self.shard_name.clone());
+        let mut pages: Vec<Bytes> = Vec::new();
+        for sealed in &durable.sealed {
+            let r = &sealed.chunk;
+            let path = layout.segment(sealed.segment);
+            let bytes = object_store::ObjectStoreExt::get_range(
+                self.clean_store.as_ref(),
+                &path,
+                r.position..r.position + r.length,
+            )
+            .await
+            .map_err(|e| format!("stream {index}: sealed chunk in {path} unreadable: {e}"))?;
+            let chunk = strata_segments::segment::decode_chunk(&bytes)
+                .map_err(|e| format!("stream {index}: sealed chunk in {path}: {e}"))?;
+            pages.extend(chunk.pages);
+        }
+        pages.extend(durable.pages.iter().map(|p| p.bytes.clone()));
+        for page in &pages {
+            let page = &page;
+            let header = strata_segments::parse_header(page).map_err(|e| e.to_string())?;
             let cipher = self
                 .cipher
                 .page_cipher(&header.routing_key, header.key_version);
-            let opened = open_page(&cipher, &page.bytes).map_err(|e| e.to_string())?;
+            let opened = open_page(&cipher, page).map_err(|e| e.to_string())?;
             for record in opened.records {
                 out.insert(record.offset, record.payload);
             }

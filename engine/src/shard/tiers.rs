@@ -1,0 +1,322 @@
+//! Fetching sealed chunks: one ranged GET per chunk, validated (magic,
+//! version, CRC, directory tiling, and that it is the chunk the index says)
+//! before use, through an optional on-disk cache.
+//!
+//! [`ChunkCache`]: chunks on local disk, one file each, memory-mapped when
+//! read, evicted least-recently-used beyond a byte budget. Cached bytes are
+//! validated again on every load (CRC-32C runs at memory speed), so a damaged
+//! cache file is dropped, never served.
+//!
+//! Read-ahead: a read in the sealed tier starts background fetches of the
+//! next few chunks of its stream into the cache ([`read_ahead`]), so one
+//! consumer catching up keeps several GETs in flight instead of paying one
+//! round trip per chunk. Fetches in flight are shared: a reader that wants a
+//! chunk being fetched waits for that GET instead of issuing another. The
+//! bytes fetched ahead at once are bounded (`READ_AHEAD_BYTES_MAX` per cache);
+//! a failed fetch ahead is dropped silently (the reader then fetches itself
+//! and reports the error).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use object_store::ObjectStore;
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use strata_segments::segment::{decode_chunk, Chunk};
+
+use super::sealed::SealedChunk;
+use super::ShardCtx;
+use crate::error::EngineError;
+use crate::ids::hex;
+
+struct CacheEntry {
+    bytes: u64,
+    tick: u64,
+}
+
+#[derive(Default)]
+struct CacheState {
+    entries: HashMap<String, CacheEntry>,
+    by_tick: BTreeMap<u64, String>,
+    bytes: u64,
+    tick: u64,
+}
+
+/// Chunks a read fetches ahead of itself, at most.
+pub(crate) const READ_AHEAD_CHUNKS: usize = 4;
+/// Bytes of chunks being fetched ahead at once, per cache, at most.
+const READ_AHEAD_BYTES_MAX: u64 = 64 << 20;
+
+/// A chunk fetch in flight: its bytes once fetched and validated, `None` if
+/// it failed.
+type ChunkFetch = Shared<BoxFuture<'static, Option<Bytes>>>;
+
+/// A bounded, least-recently-used cache of chunks on local disk.
+pub struct ChunkCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    state: Mutex<CacheState>,
+    in_flight: Mutex<HashMap<String, ChunkFetch>>,
+    read_ahead_bytes: AtomicU64,
+}
+
+impl std::fmt::Debug for ChunkCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkCache")
+            .field("dir", &self.dir)
+            .field("max_bytes", &self.max_bytes)
+            .finish()
+    }
+}
+
+impl ChunkCache {
+    /// A cache in `dir` (emptied first: entries are not trusted across runs).
+    pub fn new(dir: PathBuf, max_bytes: u64) -> std::io::Result<Self> {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(ChunkCache {
+            dir,
+            max_bytes,
+            state: Mutex::new(CacheState::default()),
+            in_flight: Mutex::new(HashMap::new()),
+            read_ahead_bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether `key` is cached (without touching its recency).
+    fn contains(&self, key: &str) -> bool {
+        self.state.lock().entries.contains_key(key)
+    }
+
+    fn in_flight(&self, key: &str) -> Option<ChunkFetch> {
+        self.in_flight.lock().get(key).cloned()
+    }
+
+    fn file(&self, key: &str) -> PathBuf {
+        self.dir.join(hex(&Sha256::digest(key.as_bytes())[..16]))
+    }
+
+    /// Cached bytes, memory-mapped; `None` on a miss.
+    pub fn get(&self, key: &str) -> Option<Bytes> {
+        {
+            let mut st = self.state.lock();
+            let tick = st.tick + 1;
+            st.tick = tick;
+            let old = st
+                .entries
+                .get_mut(key)
+                .map(|e| std::mem::replace(&mut e.tick, tick))?;
+            st.by_tick.remove(&old);
+            st.by_tick.insert(tick, key.to_string());
+        }
+        let file = std::fs::File::open(self.file(key)).ok()?;
+        // SAFETY: cache files are written whole before they are published by
+        // rename and never modified in place; eviction unlinks them, which
+        // leaves existing mappings valid.
+        let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+        Some(Bytes::from_owner(map))
+    }
+
+    pub fn remove(&self, key: &str) {
+        let mut st = self.state.lock();
+        if let Some(e) = st.entries.remove(key) {
+            st.by_tick.remove(&e.tick);
+            st.bytes -= e.bytes;
+        }
+        let _ = std::fs::remove_file(self.file(key));
+    }
+
+    pub fn put(&self, key: &str, bytes: &Bytes) {
+        let len = bytes.len() as u64;
+        if len > self.max_bytes {
+            return;
+        }
+        let path = self.file(key);
+        let staging = path.with_extension("tmp");
+        if std::fs::write(&staging, bytes).is_err() || std::fs::rename(&staging, &path).is_err() {
+            let _ = std::fs::remove_file(&staging);
+            return;
+        }
+        let mut evict = Vec::new();
+        {
+            let mut st = self.state.lock();
+            let tick = st.tick + 1;
+            st.tick = tick;
+            if let Some(old) = st
+                .entries
+                .insert(key.to_string(), CacheEntry { bytes: len, tick })
+            {
+                st.by_tick.remove(&old.tick);
+                st.bytes -= old.bytes;
+            }
+            st.by_tick.insert(tick, key.to_string());
+            st.bytes += len;
+            while st.bytes > self.max_bytes {
+                let Some((_, victim)) = st.by_tick.pop_first() else {
+                    break;
+                };
+                if let Some(e) = st.entries.remove(&victim) {
+                    st.bytes -= e.bytes;
+                }
+                evict.push(victim);
+            }
+        }
+        for victim in evict {
+            let _ = std::fs::remove_file(self.file(&victim));
+        }
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.state.lock().bytes
+    }
+}
+
+/// The cache key of a chunk: its object and byte range.
+fn cache_key(path: &object_store::path::Path, sealed: &SealedChunk) -> String {
+    format!("{path}@{}+{}", sealed.chunk.position, sealed.chunk.length)
+}
+
+/// Loads one sealed chunk: from the cache, from a fetch in flight, or with
+/// one ranged GET.
+pub(crate) async fn load_chunk(ctx: &ShardCtx, sealed: &SealedChunk) -> Result<Chunk, EngineError> {
+    let path = ctx.layout.segment(sealed.segment);
+    let r = &sealed.chunk;
+    let key = cache_key(&path, sealed);
+    let cache: Option<&Arc<ChunkCache>> = ctx.config.chunk_cache.as_ref();
+    if let Some(cache) = cache {
+        if let Some(bytes) = cache.get(&key) {
+            match check(sealed, decode_chunk(&bytes)) {
+                Ok(chunk) => return Ok(chunk),
+                Err(_) => cache.remove(&key),
+            }
+        }
+        if let Some(fetch) = cache.in_flight(&key) {
+            if let Some(bytes) = fetch.await {
+                if let Ok(chunk) = check(sealed, decode_chunk(&bytes)) {
+                    return Ok(chunk);
+                }
+            }
+        }
+    }
+    let bytes = get_range(ctx, &path, r.position..r.position + r.length).await?;
+    let chunk = check(sealed, decode_chunk(&bytes)).map_err(|reason| {
+        EngineError::corrupt(format!("{path} (chunk at {})", r.position), reason)
+    })?;
+    if let Some(c) = cache {
+        c.put(&key, &bytes);
+    }
+    Ok(chunk)
+}
+
+/// Starts background fetches of `ahead` (the chunks a reader will want next)
+/// into the cache, skipping those cached or in flight, within the read-ahead
+/// byte budget. Does nothing without a cache.
+pub(crate) fn read_ahead(ctx: &Arc<ShardCtx>, ahead: Vec<SealedChunk>) {
+    let Some(cache) = ctx.config.chunk_cache.clone() else {
+        return;
+    };
+    for sealed in ahead {
+        let path = ctx.layout.segment(sealed.segment);
+        let key = cache_key(&path, &sealed);
+        if cache.contains(&key) {
+            continue;
+        }
+        let len = sealed.chunk.length;
+        let fetch: ChunkFetch = {
+            let mut in_flight = cache.in_flight.lock();
+            if in_flight.contains_key(&key) {
+                continue;
+            }
+            if cache.read_ahead_bytes.load(Ordering::Relaxed) + len > READ_AHEAD_BYTES_MAX {
+                return;
+            }
+            cache.read_ahead_bytes.fetch_add(len, Ordering::Relaxed);
+            let ctx = ctx.clone();
+            let owner = cache.clone();
+            let fetch_key = key.clone();
+            let fetch = async move {
+                let range = sealed.chunk.position..sealed.chunk.position + len;
+                let fetched = get_range(&ctx, &path, range)
+                    .await
+                    .ok()
+                    .filter(|bytes| check(&sealed, decode_chunk(bytes)).is_ok());
+                // Cached before it leaves the in-flight map, so a reader
+                // always finds it in one of the two.
+                if let Some(bytes) = &fetched {
+                    owner.put(&fetch_key, bytes);
+                }
+                owner.in_flight.lock().remove(&fetch_key);
+                owner.read_ahead_bytes.fetch_sub(len, Ordering::Relaxed);
+                fetched
+            }
+            .boxed()
+            .shared();
+            in_flight.insert(key, fetch.clone());
+            fetch
+        };
+        tokio::spawn(fetch);
+    }
+}
+
+/// A chunk is only used if it decodes and is the one the index describes.
+fn check(
+    sealed: &SealedChunk,
+    decoded: Result<Chunk, strata_segments::segment::SegmentError>,
+) -> Result<Chunk, String> {
+    let chunk = decoded.map_err(|e| e.to_string())?;
+    let r = &sealed.chunk;
+    if chunk.stream_id != r.stream_id
+        || chunk.incarnation != r.incarnation
+        || chunk.first_offset != r.first_offset
+        || chunk.first_offset + chunk.record_count != r.end_offset
+    {
+        return Err("the chunk is not the one the index describes".into());
+    }
+    Ok(chunk)
+}
+
+async fn get_range(
+    ctx: &ShardCtx,
+    path: &object_store::path::Path,
+    range: std::ops::Range<u64>,
+) -> Result<Bytes, EngineError> {
+    let store: &Arc<dyn ObjectStore> = &ctx.env.store;
+    let retry = &ctx.config.store_retry;
+    let result = super::io::with_retries(retry, || {
+        object_store::ObjectStoreExt::get_range(store.as_ref(), path, range.clone())
+    })
+    .await;
+    match result {
+        Ok(bytes) => Ok(bytes),
+        Err(object_store::Error::NotFound { .. }) => {
+            Err(EngineError::corrupt(path, "the segment object is missing"))
+        }
+        Err(e) => Err(EngineError::store(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_evicts_beyond_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ChunkCache::new(dir.path().join("cache"), 250).unwrap();
+        cache.put("a", &Bytes::from(vec![1u8; 100]));
+        cache.put("b", &Bytes::from(vec![2u8; 100]));
+        assert_eq!(cache.get("a").unwrap()[0], 1); // a is now newer than b
+        cache.put("c", &Bytes::from(vec![3u8; 100]));
+        assert!(cache.get("b").is_none(), "least recently used goes first");
+        assert!(cache.get("a").is_some() && cache.get("c").is_some());
+        assert!(cache.used_bytes() <= 250);
+        cache.remove("a");
+        assert!(cache.get("a").is_none());
+    }
+}
