@@ -14,6 +14,7 @@ use clap::Args;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use strata_engine::shard::ChunkCache;
 use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, ShardName, SystemClock};
 use strata_manifest::RetryPolicy;
@@ -104,7 +105,52 @@ pub struct ServeArgs {
     #[arg(long)]
     pub worker_threads: Option<usize>,
     #[command(flatten)]
+    pub sealing: SealArgs,
+    #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// The sealed tier: when pages move into segments, how long garbage waits,
+/// and the local cache of sealed chunks.
+#[derive(Args, Debug, Clone)]
+pub struct SealArgs {
+    /// Local disk cache of sealed chunks, in bytes (0 turns it off).
+    #[arg(long, default_value_t = 500_000_000)]
+    pub cache_bytes: u64,
+    /// Directory of the chunk cache, emptied at start (default: a folder in
+    /// the system temp directory named after the listen port).
+    #[arg(long)]
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Seal when a shard's unsealed page bytes reach this many…
+    #[arg(long, default_value_t = ShardConfig::default().seal_bytes)]
+    pub seal_bytes: u64,
+    /// …or this many WAL objects were written since its last seal…
+    #[arg(long, default_value_t = ShardConfig::default().seal_objects)]
+    pub seal_objects: u64,
+    /// …or its oldest unsealed change is this old, in milliseconds.
+    #[arg(long, default_value_t = ShardConfig::default().seal_age.as_millis() as u64)]
+    pub seal_age_ms: u64,
+    /// Merge a shard's index runs into one when it has more than this many.
+    #[arg(long, default_value_t = ShardConfig::default().max_index_runs)]
+    pub max_index_runs: usize,
+    /// How long unreferenced objects wait before deletion, in milliseconds.
+    #[arg(long, default_value_t = ShardConfig::default().gc_grace.as_millis() as u64)]
+    pub gc_grace_ms: u64,
+}
+
+impl SealArgs {
+    /// The chunk cache these flags ask for (`None` when turned off).
+    fn chunk_cache(&self, listen: SocketAddr) -> Result<Option<Arc<ChunkCache>>, ServeError> {
+        if self.cache_bytes == 0 {
+            return Ok(None);
+        }
+        let dir = self.cache_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("strata-chunk-cache-{}", listen.port()))
+        });
+        let cache = ChunkCache::new(dir.clone(), self.cache_bytes)
+            .map_err(|e| ServeError::Usage(format!("chunk cache at {}: {e}", dir.display())))?;
+        Ok(Some(Arc::new(cache)))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -191,6 +237,14 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             other: Duration::from_millis(args.emulate_get_latency_ms),
         },
     };
+    // Bind before taking ownership of any shard: a second instance started
+    // by mistake on a busy address must fail without fencing the first.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: args.listen,
+            source,
+        })?;
     let store = open_store(&args.store, &options)?;
     let env = EngineEnv::production(store.clone());
     let instance = InstanceId(strata_engine::Entropy::bytes16(&OsEntropy));
@@ -200,6 +254,12 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         pipeline_depth: args.pipeline_depth,
         min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
         max_append_bytes: args.max_body_bytes.max(args.max_record_bytes),
+        seal_bytes: args.sealing.seal_bytes,
+        seal_objects: args.sealing.seal_objects,
+        seal_age: Duration::from_millis(args.sealing.seal_age_ms),
+        max_index_runs: args.sealing.max_index_runs,
+        gc_grace: Duration::from_millis(args.sealing.gc_grace_ms),
+        chunk_cache: args.sealing.chunk_cache(args.listen)?,
         ..ShardConfig::default()
     };
     let mut shards = Vec::new();
@@ -255,12 +315,6 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         },
         live_connections: Default::default(),
     });
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|source| ServeError::Listen {
-            addr: args.listen,
-            source,
-        })?;
     let local = listener.local_addr().map_err(|source| ServeError::Listen {
         addr: args.listen,
         source,

@@ -442,7 +442,7 @@ impl Streams {
     }
 
     /// Reads records from `from` across the chain (deepest source first).
-    fn read_chain(
+    async fn read_chain(
         levels: &[Level],
         from: u64,
         tail: u64,
@@ -468,13 +468,16 @@ impl Streams {
                     max_records: (end - position).min(10_000) as usize,
                     max_bytes: max_bytes.saturating_sub(bytes).max(1),
                 };
-                let batch = level.shard.read(
-                    &level.stream,
-                    position - level.base,
-                    limits,
-                    &level.cipher,
-                    None,
-                )?;
+                let batch = level
+                    .shard
+                    .read(
+                        &level.stream,
+                        position - level.base,
+                        limits,
+                        &level.cipher,
+                        None,
+                    )
+                    .await?;
                 if batch.records.is_empty() {
                     break;
                 }
@@ -742,7 +745,7 @@ impl Streams {
         let mut prefix = None;
         if fork.sub_offset > 0 {
             let n = fork.sub_offset;
-            let (records, starts, _) = Self::read_chain(&levels, offset, tail, usize::MAX)?;
+            let (records, starts, _) = Self::read_chain(&levels, offset, tail, usize::MAX).await?;
             let first_batch = records
                 .iter()
                 .zip(&starts)
@@ -1000,7 +1003,7 @@ impl Streams {
             ReadFrom::Position(p) => p,
         };
         let (records, _, next) =
-            Self::read_chain(&levels, from, tail, self.config.read_chunk_bytes)?;
+            Self::read_chain(&levels, from, tail, self.config.read_chunk_bytes).await?;
         entry.touch(self.now_ms());
         Ok(ReadOutcome {
             records,

@@ -17,6 +17,8 @@ const CLIENTS: usize = 32;
 const ROUNDS: usize = 3;
 /// Acknowledged appends per client before the kill (at least).
 const ACKS_BEFORE_KILL: usize = 15;
+/// Server flags that make seals and garbage collection frequent.
+const SEAL_OFTEN: &[&str] = &["--seal-objects", "3", "--gc-grace-ms", "0"];
 
 fn position(offset: &str) -> u64 {
     offset.split_once('_').unwrap().1.parse().unwrap()
@@ -65,16 +67,22 @@ async fn crash_rounds(store: &str, extra: &[&str]) {
     }
     let mut server = Some(server);
     for round in 0..ROUNDS {
-        let live = server
-            .take()
-            .unwrap_or(Server::start(store, port, extra).await);
+        // Not `unwrap_or`: its argument would start a second server that
+        // takes the shard over from the first.
+        let live = match server.take() {
+            Some(first) => first,
+            None => Server::start(store, port, extra).await,
+        };
         let done = Arc::new(AtomicUsize::new(0));
+        // A refusal before the kill is a failure (it would also stall the wait).
+        let refused: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let mut tasks = Vec::new();
         for i in 0..CLIENTS {
             let client = client.clone();
             let url = live.url(&format!("crash-{i}"));
             let acked = acked.clone();
             let done = done.clone();
+            let refused = refused.clone();
             tasks.push(tokio::spawn(async move {
                 let mut n = 0usize;
                 loop {
@@ -96,7 +104,13 @@ async fn crash_rounds(store: &str, extra: &[&str]) {
                                 done.fetch_add(1, Ordering::SeqCst);
                             }
                         }
-                        // Refused or cut off by the kill: not acknowledged.
+                        Ok(r) if n <= ACKS_BEFORE_KILL => {
+                            let status = r.status();
+                            let body = r.text().await.unwrap_or_default();
+                            *refused.lock() = Some(format!("client {i}: {status} {body}"));
+                            return;
+                        }
+                        // Cut off by the kill: not acknowledged.
                         Ok(_) | Err(_) => return,
                     }
                 }
@@ -104,6 +118,12 @@ async fn crash_rounds(store: &str, extra: &[&str]) {
         }
         // Kill once every client has had its appends acknowledged, mid-flight.
         while done.load(Ordering::SeqCst) < CLIENTS {
+            if let Some(why) = refused.lock().clone() {
+                panic!(
+                    "an append was refused before the kill (server log: {}): {why}",
+                    live.log_path().display()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         live.kill_9();
@@ -133,7 +153,9 @@ async fn crash_rounds(store: &str, extra: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_no_acknowledged_append_on_a_local_store() {
     let dir = tempfile::tempdir().unwrap();
-    crash_rounds(dir.path().to_str().unwrap(), &[]).await;
+    // Seal every few WAL objects and collect garbage at once, so kills land
+    // between seals, manifest swaps and deletions too.
+    crash_rounds(dir.path().to_str().unwrap(), SEAL_OFTEN).await;
     // The records' plaintext is in no file of the store.
     let mut files = Vec::new();
     fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
@@ -173,6 +195,10 @@ async fn kill_9_loses_no_acknowledged_append_on_s3() {
             "--s3-region",
             "us-east-1",
             "--s3-allow-http",
+            SEAL_OFTEN[0],
+            SEAL_OFTEN[1],
+            SEAL_OFTEN[2],
+            SEAL_OFTEN[3],
         ],
     )
     .await;

@@ -74,6 +74,7 @@ async fn without_a_development_key_requests_must_carry_one() {
     let server = Server {
         child,
         base: format!("http://127.0.0.1:{port}"),
+        port,
     };
     let c = client();
     let base = server.base.clone();
@@ -415,4 +416,37 @@ async fn full_queues_answer_429_and_full_live_slots_503() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert!(admitted, "the slot is released when the SSE reader leaves");
+}
+
+#[tokio::test]
+async fn a_second_instance_on_a_busy_address_fails_without_fencing_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_str().unwrap().to_string();
+    let port = free_port();
+    let first = Server::start(&store, port, &[]).await;
+    let c = client();
+    let created = c
+        .put(first.url("busy"))
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert!(created.status().is_success());
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--store"])
+        .arg(&store)
+        .args(["--dev-default-key", DEV_KEY])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!second.success(), "the second instance must not start");
+    // The first still owns its shard: an append is acknowledged.
+    let appended = c
+        .post(first.url("busy"))
+        .header("content-type", "text/plain")
+        .body("still mine")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(appended.status(), StatusCode::NO_CONTENT);
 }

@@ -14,6 +14,8 @@ use strata_engine::{
 };
 use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
 
+mod tiers;
+
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     #[error("store: {0}")]
@@ -34,6 +36,11 @@ pub enum BenchCommand {
     /// Seal and open pages on one core: 64 KiB pages (compressible and not)
     /// and pages of one 256-byte record.
     Pages(PagesBench),
+    /// Catch-up reads through the sealed tier: a cold pass from the store
+    /// (with GET latency) and a warm pass from the chunk cache.
+    Catchup(tiers::CatchupBench),
+    /// Re-open a shard with many streams and WAL objects since its last seal.
+    Reopen(tiers::ReopenBench),
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +102,8 @@ pub struct EngineBench {
 
 pub fn run(command: BenchCommand) -> Result<(), BenchError> {
     match command {
+        BenchCommand::Catchup(args) => tiers::catchup(&args),
+        BenchCommand::Reopen(args) => tiers::reopen(&args),
         BenchCommand::Pages(args) => {
             let report = pages_bench(&args)?;
             if args.json {

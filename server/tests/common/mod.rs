@@ -25,6 +25,7 @@ pub fn free_port() -> u16 {
 pub struct Server {
     pub child: Child,
     pub base: String,
+    pub port: u16,
 }
 
 impl Server {
@@ -42,17 +43,26 @@ impl Server {
             DEV_KEY.into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
+        // The server's log goes to a file named after the port, appended to
+        // across restarts, for the test that fails to point at.
+        let log_path = std::env::temp_dir().join(format!("strata-test-server-{port}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("server log file");
         let child = Command::new(env!("CARGO_BIN_EXE_strata"))
             .args(&args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "warn,strata_engine=info,strata_manifest=debug")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("strata starts");
         // Owned at once, so a failed start still kills and reaps the child.
         let server = Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            port,
         };
         let client = client();
         for _ in 0..600 {
@@ -64,6 +74,11 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("strata did not start on port {port}");
+    }
+
+    /// Where the server's log goes.
+    pub fn log_path(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("strata-test-server-{}.log", self.port))
     }
 
     pub fn url(&self, name: &str) -> String {
