@@ -1,17 +1,9 @@
 //! `strata`: the Strata server, operator tools and benchmarks.
 
-mod bench;
-mod ds;
-mod http;
-mod keys;
-mod registry;
-mod serve;
-mod streams;
-mod subscriptions;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use strata_server::{bench, keys, serve};
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Durable streams on object storage")]

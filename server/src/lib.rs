@@ -1,0 +1,12 @@
+//! The `strata` binary's library: the HTTP surfaces, the server, operator
+//! tools and benchmarks. `main.rs` only parses the command line; everything
+//! else lives here so fuzz targets and tests can reach the parsers.
+
+pub mod bench;
+pub mod ds;
+pub mod http;
+pub mod keys;
+pub mod registry;
+pub mod serve;
+pub mod streams;
+pub mod subscriptions;
