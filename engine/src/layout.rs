@@ -83,6 +83,21 @@ impl ImmutableKind {
     }
 }
 
+/// The folder under which every shard lives (`shards/`).
+pub fn shards_root() -> Path {
+    Path::from("shards")
+}
+
+/// The shard a `shards/<shard>` folder names, from a delimited listing.
+pub fn parse_shard_folder(path: &Path) -> Option<ShardName> {
+    let mut parts = path.parts();
+    if parts.next()?.as_ref() != "shards" {
+        return None;
+    }
+    let name = ShardName::new(parts.next()?.as_ref()).ok()?;
+    parts.next().is_none().then_some(name)
+}
+
 /// Object names of one shard.
 #[derive(Debug, Clone)]
 pub struct ShardLayout {

@@ -15,6 +15,7 @@ pub mod env;
 pub mod error;
 pub mod ids;
 pub mod layout;
+pub mod ops;
 pub mod shard;
 pub mod sim;
 pub mod store;

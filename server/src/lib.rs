@@ -6,6 +6,7 @@ pub mod bench;
 pub mod ds;
 pub mod http;
 pub mod keys;
+pub mod ops;
 pub mod registry;
 pub mod serve;
 pub mod streams;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use strata_server::{bench, keys, serve};
+use strata_server::{bench, keys, ops, serve};
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Durable streams on object storage")]
@@ -22,6 +22,12 @@ enum Commands {
     /// Stream keys: generate, fingerprint, derive subkeys, open stored pages.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Operator tools for shards: list, inspect, verify (exit code 3: damage).
+    #[command(subcommand)]
+    Shard(ops::ShardCommand),
+    /// Operator tools for streams.
+    #[command(subcommand)]
+    Stream(ops::StreamCommand),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +42,8 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let result = match cli.command {
+        Commands::Shard(command) => return exit(ops::run_shard(command)),
+        Commands::Stream(command) => return exit(ops::run_stream(command)),
         Commands::Serve(args) => serve::run(*args).map_err(|e| e.to_string()),
         Commands::Bench(command) => bench::run(command).map_err(|e| e.to_string()),
         Commands::Keys(command) => keys::run(command).map_err(|e| e.to_string()),
@@ -45,6 +53,21 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The exit code of an operator command: its own on success, 2 on a usage
+/// error (as clap's), 1 on any other error.
+fn exit(result: Result<ExitCode, ops::OpsError>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            match e {
+                ops::OpsError::Usage(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }
