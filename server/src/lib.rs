@@ -7,6 +7,7 @@ pub mod ds;
 pub mod http;
 pub mod keys;
 pub mod ops;
+pub mod reaper;
 pub mod registry;
 pub mod serve;
 pub mod streams;

@@ -86,6 +86,18 @@ impl Descriptor {
         self.state == StreamState::Live
     }
 
+    /// When the stream expires if nobody touches it after `last_access_ms`
+    /// (`None`: it never expires).
+    pub fn expiry_deadline_ms(&self, last_access_ms: u64) -> Option<u64> {
+        let ttl = self
+            .ttl_seconds
+            .map(|ttl| last_access_ms.saturating_add(ttl.saturating_mul(1000)));
+        match (self.expires_at_ms, ttl) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Whether the stream is past its expiry at `now_ms`, given its last access.
     pub fn expired_at(&self, now_ms: u64, last_access_ms: u64) -> bool {
         if self.expires_at_ms.is_some_and(|at| now_ms >= at) {
@@ -287,6 +299,54 @@ impl Registry {
         }
         names.sort();
         Ok(names)
+    }
+
+    /// Every live descriptor in the store that has an expiry (a listing of
+    /// `registry/` plus one read per stream descriptor; used once at start).
+    pub async fn expiring(&self) -> Result<Vec<Descriptor>, RegistryError> {
+        use futures::{StreamExt, TryStreamExt};
+        let prefix = object_store::path::Path::from("registry");
+        let metas: Vec<_> =
+            self.store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(|source| strata_manifest::CasError::Store {
+                    path: prefix.clone(),
+                    source,
+                })?;
+        let loads = metas
+            .into_iter()
+            .filter(|meta| {
+                let parts: Vec<_> = meta.location.parts().collect();
+                parts.len() == 4 && parts[2].as_ref() == "streams"
+            })
+            .map(|meta| {
+                let cas = CasObject::<DescriptorCodec>::new(
+                    self.store.clone(),
+                    meta.location,
+                    self.retry,
+                );
+                async move { cas.load().await }
+            });
+        let found: Vec<_> = futures::stream::iter(loads)
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let mut out = Vec::new();
+        for loaded in found {
+            if let Some(d) = loaded? {
+                if d.value.is_live() && d.value.expiry_deadline_ms(0).is_some() {
+                    out.push(d.value);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// When this process started (the earliest last access it assumes).
+    pub fn started_ms(&self) -> u64 {
+        self.started_ms
     }
 
     /// The entry of `name` in `project` (created in the cache on first use).

@@ -303,6 +303,20 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     streams.set_observer(Arc::new(SubscriptionObserver(Arc::downgrade(
         &subscriptions,
     ))));
+    // Streams that expire while nobody touches them: their deadlines, from
+    // the registry once now, then as they are created or used.
+    tokio::spawn(crate::reaper::run(Arc::downgrade(&streams)));
+    {
+        let streams = streams.clone();
+        tokio::spawn(async move {
+            match streams.schedule_stored_expiries().await {
+                Ok(n) => tracing::info!(streams = n, "expiry deadlines loaded"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not list the registry for expiries; streams expire on access")
+                }
+            }
+        });
+    }
     let state = Arc::new(AppState {
         streams: streams.clone(),
         subscriptions,

@@ -24,6 +24,7 @@ use strata_manifest::Versioned;
 use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
 
 use crate::ds::json;
+use crate::reaper::Reaper;
 use crate::registry::{Descriptor, Entry, ForkOrigin, Registry, StreamState, DESCRIPTOR_FORMAT};
 
 /// The project of the raw (Durable Streams) surface.
@@ -277,6 +278,8 @@ pub struct Streams {
     entropy: Arc<dyn Entropy>,
     config: StreamsConfig,
     observer: OnceLock<Arc<dyn StreamObserver>>,
+    /// Deadlines of streams that expire (see `reaper`).
+    reaper: Arc<Reaper>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -300,7 +303,61 @@ impl Streams {
             entropy,
             config,
             observer: OnceLock::new(),
+            reaper: Arc::new(Reaper::default()),
         }
+    }
+
+    pub fn reaper(&self) -> Arc<Reaper> {
+        self.reaper.clone()
+    }
+
+    /// Queues the expiry of a live descriptor that has one.
+    fn schedule_expiry(&self, project: &str, desc: &Descriptor, last_access_ms: u64) {
+        if let Some(due_ms) = desc.expiry_deadline_ms(last_access_ms) {
+            self.reaper.schedule(due_ms, project, &desc.name);
+        }
+    }
+
+    /// Queues every stream in the store that has an expiry (once, at start,
+    /// for streams created before this process).
+    pub async fn schedule_stored_expiries(&self) -> Result<usize, ServiceError> {
+        let expiring = self.registry.expiring().await?;
+        let started_ms = self.registry.started_ms();
+        for desc in &expiring {
+            self.schedule_expiry(&desc.project, desc, started_ms);
+        }
+        Ok(expiring.len())
+    }
+
+    /// Retires `project/name` if its expiry has passed. Otherwise answers its
+    /// current deadline, if it still has one (`None`: gone, or no expiry).
+    pub async fn expire_if_due(
+        &self,
+        project: &str,
+        name: &str,
+    ) -> Result<Option<u64>, ServiceError> {
+        let entry = self.registry.entry(project, name);
+        let Some(desc) = entry.load().await? else {
+            return Ok(None);
+        };
+        if !desc.value.is_live() {
+            return Ok(None);
+        }
+        if !desc.value.expired_at(self.now_ms(), entry.last_access_ms()) {
+            return Ok(desc.value.expiry_deadline_ms(entry.last_access_ms()));
+        }
+        let _guard = entry.changes.lock().await;
+        if let Some(current) = entry.load().await? {
+            if current.value.is_live()
+                && current
+                    .value
+                    .expired_at(self.now_ms(), entry.last_access_ms())
+            {
+                self.retire(project, &entry, &current).await?;
+                tracing::info!(project, name, "stream expired");
+            }
+        }
+        Ok(None)
     }
 
     pub fn set_observer(&self, observer: Arc<dyn StreamObserver>) {
@@ -384,6 +441,7 @@ impl Streams {
             }
             return Err(ServiceError::NotFound);
         }
+        self.schedule_expiry(project, &desc.value, entry.last_access_ms());
         Ok((entry, desc))
     }
 
@@ -614,6 +672,7 @@ impl Streams {
             shard.append(request).await?;
         }
         entry.touch(now);
+        self.schedule_expiry(project, &written.value, now);
         let base = written.value.fork.as_ref().map_or(0, |f| f.base);
         let info = shard.stream_info(&stream).ok_or(ServiceError::NotFound)?;
         if info.tail.next_offset > 0 {

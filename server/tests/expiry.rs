@@ -1,0 +1,121 @@
+//! Streams whose TTL passes while nobody touches them are retired by the
+//! server on its own (and their data reclaimed by garbage collection), also
+//! when they were created before a restart.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{client, free_port, Server};
+
+/// The descriptor state `strata stream inspect` reports.
+fn descriptor_state(store: &Path, name: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "stream",
+            "inspect",
+            &format!("default/{name}"),
+            "--json",
+            "--store",
+        ])
+        .arg(store)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["descriptor"]["state"].as_str().unwrap().to_string()
+}
+
+/// Segment objects in the store (the sealed data of every stream).
+fn segments(store: &Path) -> usize {
+    std::fs::read_dir(store.join("shards/s0/seg"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Polls `done` every 100 ms for at most `limit`.
+async fn within(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn create_with_ttl(server: &Server, name: &str, ttl_s: u64) {
+    let r = client()
+        .put(server.url(name))
+        .header("content-type", "text/plain")
+        .header("stream-ttl", ttl_s.to_string())
+        .body("expiring data")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+}
+
+#[tokio::test]
+async fn an_untouched_stream_expires_and_its_data_is_reclaimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_str().unwrap().to_string();
+    let sealing = ["--seal-age-ms", "100", "--gc-grace-ms", "0"];
+    let server = Server::start(&store, free_port(), &sealing).await;
+    // Sealed into segments of their own.
+    create_with_ttl(&server, "short", 2).await;
+    within(
+        Duration::from_secs(10),
+        "the first stream is sealed",
+        || segments(dir.path()) == 1,
+    )
+    .await;
+    create_with_ttl(&server, "long", 3600).await;
+    within(
+        Duration::from_secs(10),
+        "the second stream is sealed",
+        || segments(dir.path()) == 2,
+    )
+    .await;
+    // Nobody reads or writes it again.
+    within(
+        Duration::from_secs(20),
+        "the stream expires unasked",
+        || descriptor_state(dir.path(), "short") == "deleted",
+    )
+    .await;
+    assert_eq!(descriptor_state(dir.path(), "long"), "live");
+    // Its segment is collected once a seal drops it; the other stays.
+    within(
+        Duration::from_secs(20),
+        "the expired stream's segment is collected",
+        || segments(dir.path()) == 1,
+    )
+    .await;
+    let r = client().get(server.url("long")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "expiring data");
+}
+
+#[tokio::test]
+async fn streams_created_before_a_restart_still_expire_unasked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_str().unwrap().to_string();
+    let port = free_port();
+    let server = Server::start(&store, port, &[]).await;
+    create_with_ttl(&server, "before-restart", 1).await;
+    server.kill_9();
+    let _restarted = Server::start(&store, port, &[]).await;
+    within(
+        Duration::from_secs(20),
+        "the stream expires after the restart",
+        || descriptor_state(dir.path(), "before-restart") == "deleted",
+    )
+    .await;
+}
