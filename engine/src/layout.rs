@@ -83,6 +83,12 @@ impl ImmutableKind {
     }
 }
 
+/// Where an operator repair moves a damaged object: `quarantine/<its
+/// path>.<unix ms>` (the time keeps repeated quarantines of one name apart).
+pub fn quarantine(path: &Path, at_ms: u64) -> Path {
+    Path::from(format!("quarantine/{path}.{at_ms}"))
+}
+
 /// The folder under which every shard lives (`shards/`).
 pub fn shards_root() -> Path {
     Path::from("shards")
@@ -119,6 +125,24 @@ impl ShardLayout {
 
     pub fn manifest(&self) -> Path {
         Path::from(format!("shards/{}/manifest", self.shard))
+    }
+
+    /// The retained copy of manifest `version` (see `shard::history`).
+    pub fn manifest_history(&self, version: u64) -> Path {
+        Path::from(format!(
+            "shards/{}/manifest-history/{version:0width$}",
+            self.shard,
+            width = WAL_SLOT_DIGITS
+        ))
+    }
+
+    pub fn manifest_history_prefix(&self) -> Path {
+        Path::from(format!("shards/{}/manifest-history", self.shard))
+    }
+
+    /// The version a retained manifest copy's name encodes.
+    pub fn parse_manifest_history(&self, path: &Path) -> Option<u64> {
+        self.parse_numbered(path, "manifest-history")
     }
 
     pub fn wal_prefix(&self) -> Path {

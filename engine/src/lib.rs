@@ -16,6 +16,7 @@ pub mod error;
 pub mod ids;
 pub mod layout;
 pub mod ops;
+pub mod repair;
 pub mod shard;
 pub mod sim;
 pub mod store;

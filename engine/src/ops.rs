@@ -195,6 +195,8 @@ pub struct Inspection {
     pub segments: Vec<ListedObject>,
     pub fence_windows: Vec<(u64, u64)>,
     pub wal: WalSummary,
+    /// Manifest versions retained for `rollback`, oldest first.
+    pub retained_versions: Vec<u64>,
     /// Sorted by stream id.
     pub streams: Vec<StreamSummary>,
 }
@@ -208,6 +210,17 @@ pub async fn inspect(env: &EngineEnv, shard: &ShardName) -> Result<Inspection, E
         .ok_or_else(|| EngineError::corrupt(layout.manifest(), "the shard has no manifest"))?;
     let view = inspect_log(env.clone(), shard.clone(), ShardConfig::default()).await?;
     let slots = list_wal_slots(&env.store, &layout).await?;
+    let history: Vec<_> = env
+        .store
+        .list(Some(&layout.manifest_history_prefix()))
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    let mut retained_versions: Vec<u64> = history
+        .iter()
+        .filter_map(|m| layout.parse_manifest_history(&m.location))
+        .collect();
+    retained_versions.sort_unstable();
     let mut streams: Vec<StreamSummary> = view
         .streams
         .streams
@@ -247,6 +260,7 @@ pub async fn inspect(env: &EngineEnv, shard: &ShardName) -> Result<Inspection, E
             applied: view.objects_applied,
             skipped: view.stale_objects_skipped,
         },
+        retained_versions,
         streams,
     })
 }

@@ -14,8 +14,9 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use object_store::ObjectStore;
 use strata_engine::ops::{self, Inspection, ShardSummary, StreamSummary, Verification};
+use strata_engine::repair::{self, RepairError, RepairOptions, RepairOutcome, RepairReport};
 use strata_engine::store::{open_store, StoreOptions};
-use strata_engine::{EngineEnv, ShardConfig, ShardName};
+use strata_engine::{EngineEnv, InstanceId, OsEntropy, ShardConfig, ShardName};
 use strata_manifest::{CasObject, RetryPolicy};
 
 use crate::registry::{Descriptor, DescriptorCodec};
@@ -36,6 +37,8 @@ pub enum OpsError {
     Registry { what: String, reason: String },
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Repair(RepairError),
 }
 
 /// Where the shards are.
@@ -71,6 +74,27 @@ pub enum ShardCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Restores a shard with a damaged or missing manifest or index run from
+    /// its newest usable retained manifest version; damaged objects are moved
+    /// under quarantine/. Fences any live owner.
+    Recover {
+        shard: String,
+        #[command(flatten)]
+        repair: RepairArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Restores a shard to a retained manifest version. Fences any live owner.
+    Rollback {
+        shard: String,
+        /// The manifest version to restore (`shard inspect` lists them).
+        #[arg(long)]
+        to: u64,
+        #[command(flatten)]
+        repair: RepairArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Checks every object a shard needs; exit code 3 when damage is found.
     Verify {
         shard: String,
@@ -80,6 +104,35 @@ pub enum ShardCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+}
+
+/// How far a repair may go.
+#[derive(Args, Debug, Clone)]
+pub struct RepairArgs {
+    /// Proceed although the shard was written recently: a live owner may hold
+    /// it, and it is fenced (its clients see it unavailable until restarted).
+    #[arg(long)]
+    pub force: bool,
+    /// Proceed although records would become unreachable (they are listed).
+    #[arg(long)]
+    pub accept_loss: bool,
+    /// Report what would be done, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// A shard written within this many seconds is presumed to have a live owner.
+    #[arg(long, default_value_t = 60)]
+    pub live_window_s: u64,
+}
+
+impl RepairArgs {
+    fn options(&self) -> RepairOptions {
+        RepairOptions {
+            force: self.force,
+            accept_loss: self.accept_loss,
+            dry_run: self.dry_run,
+            live_window: std::time::Duration::from_secs(self.live_window_s),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -132,6 +185,50 @@ pub fn run_shard(command: ShardCommand) -> Result<ExitCode, OpsError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        ShardCommand::Recover {
+            shard,
+            repair,
+            store,
+        } => {
+            let env = EngineEnv::production(store.open()?);
+            let instance = InstanceId(strata_engine::Entropy::bytes16(&OsEntropy));
+            match rt.block_on(repair::recover(
+                &env,
+                &shard_name(&shard)?,
+                instance,
+                repair.options(),
+            )) {
+                Err(RepairError::Healthy) => {
+                    if store.json {
+                        print_json(&serde_json::json!({ "shard": shard, "healthy": true }));
+                    } else {
+                        println!("shard {shard} is healthy; nothing to recover");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => Err(OpsError::Repair(e)),
+                Ok(report) => Ok(finish_repair(&report, store.json)),
+            }
+        }
+        ShardCommand::Rollback {
+            shard,
+            to,
+            repair,
+            store,
+        } => {
+            let env = EngineEnv::production(store.open()?);
+            let instance = InstanceId(strata_engine::Entropy::bytes16(&OsEntropy));
+            let report = rt
+                .block_on(repair::rollback(
+                    &env,
+                    &shard_name(&shard)?,
+                    to,
+                    instance,
+                    repair.options(),
+                ))
+                .map_err(OpsError::Repair)?;
+            Ok(finish_repair(&report, store.json))
+        }
         ShardCommand::Verify { shard, deep, store } => {
             let env = EngineEnv::production(store.open()?);
             let bar = progress_bar(store.json);
@@ -156,6 +253,54 @@ pub fn run_shard(command: ShardCommand) -> Result<ExitCode, OpsError> {
                 ExitCode::from(EXIT_DAMAGED)
             })
         }
+    }
+}
+
+/// Prints a repair's report; exit 0 when it was carried out, 3 when it was
+/// refused (the damage remains), 0 for a dry run.
+fn finish_repair(report: &RepairReport, json: bool) -> ExitCode {
+    if json {
+        print_json(report);
+    } else {
+        println!(
+            "shard {}: restored from manifest version {}",
+            report.shard, report.restored_version
+        );
+        for q in &report.quarantined {
+            println!("  quarantined {q}");
+        }
+        if report.lost.is_empty() {
+            println!("  no acknowledged record that is still present is lost");
+        }
+        for l in &report.lost {
+            println!(
+                "  UNRECOVERABLE: stream {} incarnation {} offsets {}..{}",
+                l.stream_id, l.incarnation, l.from, l.to
+            );
+        }
+        println!("  next offsets afterwards:");
+        for s in &report.streams {
+            println!(
+                "    {} incarnation {} ({}): {}",
+                s.stream_id, s.incarnation, s.status, s.next_offset
+            );
+        }
+        match (
+            &report.outcome,
+            report.written_version,
+            report.reopened_epoch,
+        ) {
+            (RepairOutcome::Refused(why), _, _) => println!("NOT DONE: {why}"),
+            (RepairOutcome::DryRun, _, _) => println!("dry run: nothing written"),
+            (RepairOutcome::Done, Some(v), Some(e)) => {
+                println!("  wrote manifest version {v}; reopened and fenced at epoch {e}")
+            }
+            (RepairOutcome::Done, _, _) => {}
+        }
+    }
+    match &report.outcome {
+        RepairOutcome::Done | RepairOutcome::DryRun => ExitCode::SUCCESS,
+        RepairOutcome::Refused(_) => ExitCode::from(EXIT_DAMAGED),
     }
 }
 
@@ -234,6 +379,13 @@ fn print_inspection(i: &Inspection) {
         .map(|(a, b)| format!("{a}..{b}"))
         .collect();
     println!("  fence windows: {}", windows.join(", "));
+    println!(
+        "  retained manifest versions: {}",
+        match (i.retained_versions.first(), i.retained_versions.last()) {
+            (Some(a), Some(b)) => format!("{} ({a}..={b})", i.retained_versions.len()),
+            _ => "none".into(),
+        }
+    );
     println!("  streams ({}):", i.streams.len());
     print_streams(&i.streams);
 }

@@ -131,7 +131,11 @@ impl Walker<'_> {
 /// Claims the shard and rebuilds its state.
 pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
     let manifest = claim(ctx, None).await?;
-    walk_and_fence(ctx, manifest).await
+    let (_, opened) = futures::join!(
+        super::history::record(ctx, &manifest),
+        walk_and_fence(ctx, manifest.clone())
+    );
+    opened
 }
 
 /// Re-claims the shard after this owner's own failure at `epoch`: only if the
@@ -158,7 +162,9 @@ pub(crate) async fn reclaim(
     if writer.epoch > epoch {
         return Ok(current);
     }
-    claim(ctx, Some(&current)).await
+    let claimed = claim(ctx, Some(&current)).await?;
+    super::history::record(ctx, &claimed).await;
+    Ok(claimed)
 }
 
 /// Bumps the writer epoch. `expected` is the manifest to bump (then any other
@@ -360,7 +366,7 @@ pub async fn inspect_log(
     shard: ShardName,
     config: ShardConfig,
 ) -> Result<LogView, EngineError> {
-    let layout = ShardLayout::new(shard);
+    let layout = ShardLayout::new(shard.clone());
     let manifest_cas =
         CasObject::<ManifestCodec>::new(env.store.clone(), layout.manifest(), config.store_retry);
     let manifest = manifest_cas
@@ -370,6 +376,20 @@ pub async fn inspect_log(
             reason: e.to_string(),
         })?
         .map(|v| v.value);
+    inspect_log_at(env, shard, config, manifest).await
+}
+
+/// What an owner opening the shard from `manifest` (instead of the one in
+/// the store) would recover, without changing anything.
+pub async fn inspect_log_at(
+    env: EngineEnv,
+    shard: ShardName,
+    config: ShardConfig,
+    manifest: Option<Manifest>,
+) -> Result<LogView, EngineError> {
+    let layout = ShardLayout::new(shard);
+    let manifest_cas =
+        CasObject::<ManifestCodec>::new(env.store.clone(), layout.manifest(), config.store_retry);
     let ctx = ShardCtx {
         env,
         layout,

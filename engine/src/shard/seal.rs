@@ -261,6 +261,7 @@ pub(crate) async fn run(ctx: Arc<ShardCtx>, plan: SealPlan) -> SealResult {
             resolve(&ctx, &base, write_id).await?
         }
     };
+    super::history::record(&ctx, &manifest).await;
 
     let mut garbage = wal_garbage(
         old.replay.slot..replay.slot,

@@ -1,0 +1,658 @@
+//! Operator repairs: roll a shard back to a retained manifest version, or
+//! recover a shard whose manifest or index runs are damaged, from the
+//! retained versions (`shard::history`).
+//!
+//! A repair is a change of owner like any other: it writes the chosen
+//! manifest as a new version (with a higher epoch, by compare-and-swap on
+//! the object in the store, or create-only when there is none), then opens
+//! the shard normally, which claims it again, walks the WAL, places a fence
+//! at the first free slot, and seals on shutdown. A previous owner still
+//! running is therefore fenced: its next manifest write fails the
+//! compare-and-swap and its next WAL write meets the fence.
+//!
+//! Before writing anything, a repair compares, stream by stream, what the
+//! chosen version recovers with what is physically present (the current
+//! manifest's state when it is readable, and the offsets every segment's
+//! table holds): records that would become unreachable are reported, and
+//! the repair refuses unless the operator accepts the loss. Objects that
+//! fail validation are moved under `quarantine/` (copied, then removed from
+//! their place), never deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::Serialize;
+use strata_manifest::{add_window, Manifest, SlotRange, WriterIdentity};
+use strata_segments::segment::{decode_table, decode_trailer, TRAILER_BYTES};
+
+use crate::env::EngineEnv;
+use crate::error::EngineError;
+use crate::ids::{hex, InstanceId, ShardName};
+use crate::layout::{ImmutableKind, ObjectId, ShardLayout};
+use crate::shard::{history, inspect_log_at, LogView, Shard, ShardConfig, StreamTable};
+
+/// How a repair may proceed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RepairOptions {
+    /// Proceed even if the shard was written recently (a live owner may hold
+    /// it; it is fenced).
+    pub force: bool,
+    /// Proceed even if records would become unreachable.
+    pub accept_loss: bool,
+    /// Only report what would be done.
+    pub dry_run: bool,
+    /// A shard written within this long is presumed to have a live owner.
+    pub live_window: Duration,
+}
+
+/// Records of one stream a repair cannot bring back: offsets `from..to`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LostRange {
+    pub stream_id: String,
+    pub incarnation: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// One stream's next offset after the repair.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamAfter {
+    pub stream_id: String,
+    pub incarnation: u64,
+    pub status: String,
+    pub next_offset: u64,
+}
+
+/// What a repair did (or, dry or refused, would do).
+#[derive(Debug, Clone, Serialize)]
+pub struct RepairReport {
+    pub shard: String,
+    /// The retained version the shard was restored from.
+    pub restored_version: u64,
+    /// The version written (`None` when nothing was written).
+    pub written_version: Option<u64>,
+    /// The epoch of the owner that reopened the shard after the repair.
+    pub reopened_epoch: Option<u64>,
+    pub quarantined: Vec<String>,
+    pub lost: Vec<LostRange>,
+    pub streams: Vec<StreamAfter>,
+    pub outcome: RepairOutcome,
+}
+
+/// Whether a repair was carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status", content = "reason")]
+pub enum RepairOutcome {
+    Done,
+    DryRun,
+    /// Nothing was written, for this reason.
+    Refused(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+    #[error("manifest version {version} is not retained in the history")]
+    VersionNotRetained { version: u64 },
+    #[error("no retained manifest version can restore the shard: {reason}")]
+    NoUsableVersion { reason: String },
+    #[error("the shard is healthy; nothing to recover")]
+    Healthy,
+}
+
+/// The manifest object as it is in the store, decodable or not.
+struct CurrentManifest {
+    /// `None` when the object does not decode.
+    value: Option<Manifest>,
+    e_tag: Option<String>,
+}
+
+async fn load_current(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+) -> Result<Option<CurrentManifest>, EngineError> {
+    let path = layout.manifest();
+    let got = match store.get(&path).await {
+        Ok(r) => r,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(EngineError::store(&e)),
+    };
+    let e_tag = got.meta.e_tag.clone();
+    let bytes = got.bytes().await.map_err(|e| EngineError::store(&e))?;
+    Ok(Some(CurrentManifest {
+        value: strata_manifest::format::decode(&bytes).ok(),
+        e_tag,
+    }))
+}
+
+/// Retained versions, newest first.
+async fn retained_versions(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+) -> Result<Vec<u64>, EngineError> {
+    let metas: Vec<_> = store
+        .list(Some(&layout.manifest_history_prefix()))
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    let mut versions: Vec<u64> = metas
+        .iter()
+        .filter_map(|m| layout.parse_manifest_history(&m.location))
+        .collect();
+    versions.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(versions)
+}
+
+/// Restores the shard to retained manifest version `version`.
+pub async fn rollback(
+    env: &EngineEnv,
+    shard: &ShardName,
+    version: u64,
+    instance: InstanceId,
+    options: RepairOptions,
+) -> Result<RepairReport, RepairError> {
+    let layout = ShardLayout::new(shard.clone());
+    let target = history::load(&env.store, &layout, version)
+        .await?
+        .ok_or(RepairError::VersionNotRetained { version })?;
+    let view = inspect_log_at(
+        env.clone(),
+        shard.clone(),
+        ShardConfig::default(),
+        Some(target.clone()),
+    )
+    .await
+    .map_err(|e| RepairError::NoUsableVersion {
+        reason: format!("version {version} cannot be opened: {e}"),
+    })?;
+    missing_segments(&env.store, &layout, &target)
+        .await?
+        .map_or(Ok(()), |reason| {
+            Err(RepairError::NoUsableVersion {
+                reason: format!("version {version}: {reason}"),
+            })
+        })?;
+    restore(env, &layout, target, view, Vec::new(), instance, options).await
+}
+
+/// Recovers a shard whose manifest is missing or damaged, or whose manifest
+/// lists damaged or missing index runs or segments: the newest retained
+/// version that opens and loses nothing is restored (with `accept_loss`, the
+/// newest that opens at all); damaged objects are quarantined.
+pub async fn recover(
+    env: &EngineEnv,
+    shard: &ShardName,
+    instance: InstanceId,
+    options: RepairOptions,
+) -> Result<RepairReport, RepairError> {
+    let store = &env.store;
+    let layout = ShardLayout::new(shard.clone());
+    let current = load_current(store, &layout).await?;
+    let mut damaged: Vec<Path> = Vec::new();
+    match current.as_ref().and_then(|c| c.value.as_ref()) {
+        Some(m) => {
+            let opens = inspect_log_at(
+                env.clone(),
+                shard.clone(),
+                ShardConfig::default(),
+                Some(m.clone()),
+            )
+            .await;
+            let segments = missing_segments(store, &layout, m).await?;
+            if opens.is_ok() && segments.is_none() {
+                return Err(RepairError::Healthy);
+            }
+            damaged.extend(damaged_runs(store, &layout, m).await?);
+        }
+        None => {
+            if current.is_some() {
+                damaged.push(layout.manifest());
+            }
+        }
+    }
+    let physical = physical_offsets(store, &layout).await?;
+    let mut best: Option<(u64, Manifest, LogView, u64)> = None;
+    let mut reasons = Vec::new();
+    for version in retained_versions(store, &layout).await? {
+        let Some(target) = history::load(store, &layout, version).await.ok().flatten() else {
+            reasons.push(format!("version {version} does not decode"));
+            continue;
+        };
+        if target
+            .index_runs
+            .iter()
+            .any(|r| damaged.contains(&layout.index_run(ObjectId(r.id))))
+        {
+            reasons.push(format!("version {version} lists a damaged index run"));
+            continue;
+        }
+        if let Some(reason) = missing_segments(store, &layout, &target).await? {
+            reasons.push(format!("version {version}: {reason}"));
+            continue;
+        }
+        let view = match inspect_log_at(
+            env.clone(),
+            shard.clone(),
+            ShardConfig::default(),
+            Some(target.clone()),
+        )
+        .await
+        {
+            Ok(view) => view,
+            Err(e) => {
+                reasons.push(format!("version {version} cannot be opened: {e}"));
+                continue;
+            }
+        };
+        let lost: u64 = lost_ranges(&view.streams, &physical)
+            .iter()
+            .map(|l| l.to - l.from)
+            .sum();
+        if lost == 0 {
+            best = Some((version, target, view, 0));
+            break;
+        }
+        if best.as_ref().is_none_or(|(_, _, _, l)| lost < *l) {
+            best = Some((version, target, view, lost));
+        }
+    }
+    let Some((_, target, view, _)) = best else {
+        return Err(RepairError::NoUsableVersion {
+            reason: if reasons.is_empty() {
+                "no manifest version is retained".into()
+            } else {
+                reasons.join("; ")
+            },
+        });
+    };
+    restore(env, &layout, target, view, damaged, instance, options).await
+}
+
+/// Writes `target` as the shard's next manifest (after the checks and the
+/// quarantine), then opens and closes the shard as a new owner.
+async fn restore(
+    env: &EngineEnv,
+    layout: &ShardLayout,
+    target: Manifest,
+    view: LogView,
+    damaged: Vec<Path>,
+    instance: InstanceId,
+    options: RepairOptions,
+) -> Result<RepairReport, RepairError> {
+    let store = &env.store;
+    let current = load_current(store, layout).await?;
+    let mut physical = physical_offsets(store, layout).await?;
+    if let Some(m) = current.as_ref().and_then(|c| c.value.as_ref()) {
+        if let Ok(now) = inspect_log_at(
+            env.clone(),
+            layout.shard().clone(),
+            ShardConfig::default(),
+            Some(m.clone()),
+        )
+        .await
+        {
+            for s in now.streams.streams.values() {
+                let key = (s.tail.stream.id, s.tail.stream.incarnation);
+                let end = physical.entry(key).or_insert(0);
+                *end = (*end).max(s.tail.next_offset);
+            }
+        }
+    }
+    let lost = lost_ranges(&view.streams, &physical);
+    let mut report = RepairReport {
+        shard: layout.shard().as_str().to_string(),
+        restored_version: target.version,
+        written_version: None,
+        reopened_epoch: None,
+        quarantined: Vec::new(),
+        lost: lost.clone(),
+        streams: streams_after(&view.streams),
+        outcome: RepairOutcome::Done,
+    };
+    if !lost.is_empty() && !options.accept_loss {
+        report.outcome = RepairOutcome::Refused(
+            "records would become unreachable (pass --accept-loss to proceed)".into(),
+        );
+        return Ok(report);
+    }
+    if !options.force {
+        if let Some(age) = last_write_age(env, layout).await? {
+            if age < options.live_window {
+                report.outcome = RepairOutcome::Refused(format!(
+                    "the shard was written {} s ago: a live owner may hold it (stop it, or pass --force to fence it)",
+                    age.as_secs()
+                ));
+                return Ok(report);
+            }
+        }
+    }
+    if options.dry_run {
+        report.outcome = RepairOutcome::DryRun;
+        return Ok(report);
+    }
+    for path in &damaged {
+        quarantine(store, path, env.clock.now_ms()).await?;
+        report.quarantined.push(path.to_string());
+    }
+    // The new version: the target's content under a new owner epoch, above
+    // every epoch and version the shard has seen, keeping every fence window.
+    let seen_epoch = max_epoch_seen(store, layout, current.as_ref()).await?;
+    let seen_version = retained_versions(store, layout)
+        .await?
+        .first()
+        .copied()
+        .unwrap_or(0)
+        .max(
+            current
+                .as_ref()
+                .and_then(|c| c.value.as_ref())
+                .map_or(0, |m| m.version),
+        );
+    let mut next = target.clone();
+    next.version = seen_version + 1;
+    next.writer = WriterIdentity {
+        instance: instance.0,
+        epoch: seen_epoch.max(target.writer.epoch) + 1,
+        write_id: env.entropy.bytes16(),
+    };
+    let mut windows = target.fence_windows.clone();
+    match current.as_ref().and_then(|c| c.value.as_ref()) {
+        Some(m) => {
+            for w in &m.fence_windows {
+                windows = add_window(&windows, *w);
+            }
+        }
+        // The windows are lost with the manifest: keep every slot that holds
+        // an object occupied.
+        None => {
+            if let Some(all) = listed_wal_range(store, layout).await? {
+                windows = add_window(&windows, all);
+            }
+        }
+    }
+    next.fence_windows = windows;
+    let bytes =
+        strata_manifest::format::encode(&next).map_err(|e| EngineError::corrupt("manifest", e))?;
+    let mode = match &current {
+        Some(c) => PutMode::Update(UpdateVersion {
+            e_tag: c.e_tag.clone(),
+            version: None,
+        }),
+        None => PutMode::Create,
+    };
+    store
+        .put_opts(
+            &layout.manifest(),
+            PutPayload::from(bytes),
+            PutOptions {
+                mode,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    report.written_version = Some(next.version);
+    // Open as a new owner (claim, walk, fence), then close (final seal).
+    let shard = Shard::open(
+        env.clone(),
+        layout.shard().clone(),
+        instance,
+        ShardConfig::default(),
+    )
+    .await?;
+    report.reopened_epoch = Some(shard.last_recovery().epoch);
+    shard.shutdown().await;
+    Ok(report)
+}
+
+/// Streams' next offsets as a view recovers them, sorted by stream id.
+fn streams_after(table: &StreamTable) -> Vec<StreamAfter> {
+    let mut out: Vec<StreamAfter> = table
+        .streams
+        .values()
+        .map(|s| {
+            let summary = crate::ops::StreamSummary::of(s);
+            StreamAfter {
+                stream_id: summary.stream_id,
+                incarnation: summary.incarnation,
+                status: summary.status,
+                next_offset: summary.next_offset,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.stream_id.cmp(&b.stream_id));
+    out
+}
+
+type Incarnation = ([u8; 16], u64);
+
+/// Records physically present beyond what `table` recovers.
+fn lost_ranges(table: &StreamTable, physical: &BTreeMap<Incarnation, u64>) -> Vec<LostRange> {
+    let mut out = Vec::new();
+    for ((id, incarnation), end) in physical {
+        let recovered = table
+            .streams
+            .get(id)
+            .filter(|s| s.tail.stream.incarnation == *incarnation)
+            .map_or(0, |s| s.tail.next_offset);
+        // A newer incarnation recovered means this one was replaced.
+        let replaced = table
+            .streams
+            .get(id)
+            .is_some_and(|s| s.tail.stream.incarnation > *incarnation);
+        if recovered < *end && !replaced {
+            out.push(LostRange {
+                stream_id: hex(id),
+                incarnation: *incarnation,
+                from: recovered,
+                to: *end,
+            });
+        }
+    }
+    out
+}
+
+/// The end offset of every stream incarnation's data in the segments in the
+/// store (listed or not), from their tables.
+async fn physical_offsets(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+) -> Result<BTreeMap<Incarnation, u64>, EngineError> {
+    let metas: Vec<_> = store
+        .list(Some(&layout.immutable_prefix(ImmutableKind::Segment)))
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    let mut out = BTreeMap::new();
+    for meta in metas {
+        if layout
+            .parse_object_id(&meta.location, ImmutableKind::Segment)
+            .is_none()
+            || meta.size < TRAILER_BYTES as u64
+        {
+            continue;
+        }
+        let Ok(trailer) = store
+            .get_range(&meta.location, meta.size - TRAILER_BYTES as u64..meta.size)
+            .await
+        else {
+            continue;
+        };
+        let Ok(t) = decode_trailer(&trailer) else {
+            continue;
+        };
+        let end = t.table_position.saturating_add(t.table_length);
+        if end > meta.size {
+            continue;
+        }
+        let Ok(table) = store.get_range(&meta.location, t.table_position..end).await else {
+            continue;
+        };
+        for chunk in decode_table(&table).unwrap_or_default() {
+            let e = out.entry((chunk.stream_id, chunk.incarnation)).or_insert(0);
+            *e = (*e).max(chunk.end_offset);
+        }
+    }
+    Ok(out)
+}
+
+/// Why `manifest`'s segments cannot all be used, if they cannot.
+async fn missing_segments(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+    manifest: &Manifest,
+) -> Result<Option<String>, EngineError> {
+    for s in &manifest.segments {
+        let path = layout.segment(ObjectId(s.id));
+        match store.head(&path).await {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => {
+                return Ok(Some(format!("{path} is missing")));
+            }
+            Err(e) => return Err(EngineError::store(&e)),
+        }
+    }
+    Ok(None)
+}
+
+/// The index runs `manifest` lists that are missing or do not decode.
+async fn damaged_runs(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+    manifest: &Manifest,
+) -> Result<Vec<Path>, EngineError> {
+    let mut out = Vec::new();
+    for r in &manifest.index_runs {
+        let path = layout.index_run(ObjectId(r.id));
+        match store.get(&path).await {
+            Ok(got) => {
+                let bytes = got.bytes().await.map_err(|e| EngineError::store(&e))?;
+                if strata_manifest::index_run::decode(&bytes).is_err() {
+                    out.push(path);
+                }
+            }
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(EngineError::store(&e)),
+        }
+    }
+    Ok(out)
+}
+
+/// Moves an object under `quarantine/` (copy, then remove the original).
+async fn quarantine(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    now_ms: u64,
+) -> Result<(), EngineError> {
+    let bytes = store
+        .get(path)
+        .await
+        .map_err(|e| EngineError::store(&e))?
+        .bytes()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    let target = crate::layout::quarantine(path, now_ms);
+    store
+        .put(&target, PutPayload::from(bytes))
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    match store.delete(path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(EngineError::store(&e)),
+    }
+}
+
+/// How long ago the shard's manifest or newest WAL object was written.
+async fn last_write_age(
+    env: &EngineEnv,
+    layout: &ShardLayout,
+) -> Result<Option<Duration>, EngineError> {
+    let store = &env.store;
+    let mut newest = None;
+    match store.head(&layout.manifest()).await {
+        Ok(meta) => newest = Some(meta.last_modified),
+        Err(object_store::Error::NotFound { .. }) => {}
+        Err(e) => return Err(EngineError::store(&e)),
+    }
+    let wal: Vec<_> = store
+        .list(Some(&layout.wal_prefix()))
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    for meta in wal {
+        newest = newest.max(Some(meta.last_modified));
+    }
+    let now_ms = env.clock.now_ms();
+    Ok(newest.map(|at| {
+        let at_ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+        Duration::from_millis(now_ms.saturating_sub(at_ms))
+    }))
+}
+
+/// Every listed WAL slot, as one range (`None`: no WAL object).
+async fn listed_wal_range(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+) -> Result<Option<SlotRange>, EngineError> {
+    let metas: Vec<_> = store
+        .list(Some(&layout.wal_prefix()))
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    let slots: BTreeSet<u64> = metas
+        .iter()
+        .filter_map(|m| layout.parse_wal_slot(&m.location))
+        .collect();
+    Ok(match (slots.first(), slots.last()) {
+        (Some(first), Some(last)) => Some(SlotRange {
+            start: *first,
+            end: last + 1,
+        }),
+        _ => None,
+    })
+}
+
+/// The highest owner epoch anything in the shard names: the manifest, the
+/// retained versions, object ids, and the newest WAL object.
+async fn max_epoch_seen(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+    current: Option<&CurrentManifest>,
+) -> Result<u64, EngineError> {
+    let mut epoch = current
+        .and_then(|c| c.value.as_ref())
+        .map_or(0, |m| m.writer.epoch);
+    if let Some(newest) = retained_versions(store, layout).await?.first() {
+        if let Ok(Some(m)) = history::load(store, layout, *newest).await {
+            epoch = epoch.max(m.writer.epoch);
+        }
+    }
+    for kind in [ImmutableKind::Segment, ImmutableKind::IndexRun] {
+        let metas: Vec<_> = store
+            .list(Some(&layout.immutable_prefix(kind)))
+            .try_collect()
+            .await
+            .map_err(|e| EngineError::store(&e))?;
+        for m in metas {
+            if let Some(id) = layout.parse_object_id(&m.location, kind) {
+                epoch = epoch.max(id.epoch());
+            }
+        }
+    }
+    if let Some(range) = listed_wal_range(store, layout).await? {
+        let path = layout.wal(range.end - 1);
+        if let Ok(got) = store.get(&path).await {
+            if let Ok(bytes) = got.bytes().await {
+                if let Ok(header) = strata_wal::decode_header(&bytes) {
+                    epoch = epoch.max(header.writer.epoch);
+                }
+            }
+        }
+    }
+    Ok(epoch)
+}
