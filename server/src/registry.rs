@@ -269,34 +269,13 @@ impl Registry {
     /// Names of every stream with a descriptor in `project` (a listing plus one
     /// read per descriptor; for rare operations such as subscription creation).
     pub async fn names(&self, project: &str) -> Result<Vec<String>, RegistryError> {
-        use futures::{StreamExt, TryStreamExt};
         let prefix = object_store::path::Path::from(format!("registry/{project}/streams"));
-        let metas: Vec<_> =
-            self.store
-                .list(Some(&prefix))
-                .try_collect()
-                .await
-                .map_err(|source| strata_manifest::CasError::Store {
-                    path: prefix.clone(),
-                    source,
-                })?;
-        let loads = metas.into_iter().map(|meta| {
-            let cas =
-                CasObject::<DescriptorCodec>::new(self.store.clone(), meta.location, self.retry);
-            async move { cas.load().await }
-        });
-        let found: Vec<_> = futures::stream::iter(loads)
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        let mut names = Vec::new();
-        for loaded in found {
-            if let Some(d) = loaded? {
-                if d.value.is_live() {
-                    names.push(d.value.name.clone());
-                }
-            }
-        }
+        let mut names: Vec<String> = self
+            .live_descriptors(&prefix)
+            .await?
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
         names.sort();
         Ok(names)
     }
@@ -304,11 +283,25 @@ impl Registry {
     /// Every live descriptor in the store that has an expiry (a listing of
     /// `registry/` plus one read per stream descriptor; used once at start).
     pub async fn expiring(&self) -> Result<Vec<Descriptor>, RegistryError> {
+        let all = self
+            .live_descriptors(&object_store::path::Path::from("registry"))
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|d| d.expiry_deadline_ms(0).is_some())
+            .collect())
+    }
+
+    /// The live stream descriptors under `prefix` (`registry/<project>/streams/*`
+    /// objects only; subscriptions and other names are skipped).
+    async fn live_descriptors(
+        &self,
+        prefix: &object_store::path::Path,
+    ) -> Result<Vec<Descriptor>, RegistryError> {
         use futures::{StreamExt, TryStreamExt};
-        let prefix = object_store::path::Path::from("registry");
         let metas: Vec<_> =
             self.store
-                .list(Some(&prefix))
+                .list(Some(prefix))
                 .try_collect()
                 .await
                 .map_err(|source| strata_manifest::CasError::Store {
@@ -319,7 +312,9 @@ impl Registry {
             .into_iter()
             .filter(|meta| {
                 let parts: Vec<_> = meta.location.parts().collect();
-                parts.len() == 4 && parts[2].as_ref() == "streams"
+                parts.len() == 4
+                    && parts[0].as_ref() == "registry"
+                    && parts[2].as_ref() == "streams"
             })
             .map(|meta| {
                 let cas = CasObject::<DescriptorCodec>::new(
@@ -336,7 +331,7 @@ impl Registry {
         let mut out = Vec::new();
         for loaded in found {
             if let Some(d) = loaded? {
-                if d.value.is_live() && d.value.expiry_deadline_ms(0).is_some() {
+                if d.value.is_live() {
                     out.push(d.value);
                 }
             }
