@@ -607,7 +607,7 @@ pub async fn verify(
 
 /// A stream's sealed chunks must tile from its first offset up to its
 /// unsealed pages, which must tile up to its next offset.
-fn check_stream_offsets(stream: &DurableStream) -> Result<(), String> {
+pub(crate) fn check_stream_offsets(stream: &DurableStream) -> Result<(), String> {
     let mut at: Option<u64> = None;
     for chunk in &stream.sealed {
         if let Some(expected) = at {

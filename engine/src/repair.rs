@@ -22,18 +22,28 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::Serialize;
-use strata_manifest::{add_window, Manifest, SlotRange, WriterIdentity};
+use strata_manifest::index_run::IndexRun;
+use strata_manifest::{
+    add_window, IndexRunRef, Manifest, ReplayPoint, SegmentRef, SlotRange, WriterIdentity,
+};
 use strata_segments::segment::{decode_table, decode_trailer, TRAILER_BYTES};
 
 use crate::env::EngineEnv;
 use crate::error::EngineError;
+use crate::ids::StreamRef;
 use crate::ids::{hex, InstanceId, ShardName};
 use crate::layout::{ImmutableKind, ObjectId, ShardLayout};
-use crate::shard::{history, inspect_log_at, LogView, Shard, ShardConfig, StreamTable};
+use crate::shard::io::put_immutable;
+use crate::shard::sealed::{decode_sealed, run_entry, tail_from_record};
+use crate::shard::{
+    history, inspect_log_at, inspect_log_from, DurableStream, LogView, Shard, ShardConfig,
+    StreamStatus, StreamTable,
+};
 
 /// How a repair may proceed.
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,8 +81,8 @@ pub struct StreamAfter {
 #[derive(Debug, Clone, Serialize)]
 pub struct RepairReport {
     pub shard: String,
-    /// The retained version the shard was restored from.
-    pub restored_version: u64,
+    /// Where the restored manifest came from.
+    pub restored_from: RestoreSource,
     /// The version written (`None` when nothing was written).
     pub written_version: Option<u64>,
     /// The epoch of the owner that reopened the shard after the repair.
@@ -81,6 +91,16 @@ pub struct RepairReport {
     pub lost: Vec<LostRange>,
     pub streams: Vec<StreamAfter>,
     pub outcome: RepairOutcome,
+}
+
+/// Where a repair's manifest came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "version")]
+pub enum RestoreSource {
+    /// A retained manifest version.
+    History(u64),
+    /// Rebuilt from every index run, segment and WAL object in the store.
+    Rebuilt,
 }
 
 /// Whether a repair was carried out.
@@ -177,7 +197,14 @@ pub async fn rollback(
                 reason: format!("version {version}: {reason}"),
             })
         })?;
-    restore(env, &layout, target, view, Vec::new(), instance, options).await
+    let candidate = Candidate {
+        source: RestoreSource::History(version),
+        manifest: target,
+        view,
+        lost_records: 0,
+        new_run: None,
+    };
+    restore(env, &layout, candidate, Vec::new(), instance, options).await
 }
 
 /// Recovers a shard whose manifest is missing or damaged, or whose manifest
@@ -216,7 +243,7 @@ pub async fn recover(
         }
     }
     let physical = physical_offsets(store, &layout).await?;
-    let mut best: Option<(u64, Manifest, LogView, u64)> = None;
+    let mut best: Option<Candidate> = None;
     let mut reasons = Vec::new();
     for version in retained_versions(store, &layout).await? {
         let Some(target) = history::load(store, &layout, version).await.ok().flatten() else {
@@ -253,24 +280,255 @@ pub async fn recover(
             .iter()
             .map(|l| l.to - l.from)
             .sum();
+        let candidate = Candidate {
+            source: RestoreSource::History(version),
+            manifest: target,
+            view,
+            lost_records: lost,
+            new_run: None,
+        };
         if lost == 0 {
-            best = Some((version, target, view, 0));
+            best = Some(candidate);
             break;
         }
-        if best.as_ref().is_none_or(|(_, _, _, l)| lost < *l) {
-            best = Some((version, target, view, lost));
+        if best.as_ref().is_none_or(|b| lost < b.lost_records) {
+            best = Some(candidate);
         }
     }
-    let Some((_, target, view, _)) = best else {
+    // No retained version restores everything: rebuild from the objects.
+    if best.as_ref().is_none_or(|b| b.lost_records > 0) {
+        match rebuilt_candidate(env, &layout, &mut damaged).await? {
+            Ok(mut rebuilt) => {
+                rebuilt.lost_records = lost_ranges(&rebuilt.view.streams, &physical)
+                    .iter()
+                    .map(|l| l.to - l.from)
+                    .sum();
+                if best
+                    .as_ref()
+                    .is_none_or(|b| rebuilt.lost_records < b.lost_records)
+                {
+                    best = Some(rebuilt);
+                }
+            }
+            Err(reason) => reasons.push(format!("rebuilding from the objects: {reason}")),
+        }
+    }
+    let Some(best) = best else {
         return Err(RepairError::NoUsableVersion {
-            reason: if reasons.is_empty() {
-                "no manifest version is retained".into()
-            } else {
-                reasons.join("; ")
-            },
+            reason: reasons.join("; "),
         });
     };
-    restore(env, &layout, target, view, damaged, instance, options).await
+    restore(env, &layout, best, damaged, instance, options).await
+}
+
+/// A manifest a repair may restore, what it recovers, and the index run it
+/// needs written first (a rebuilt one).
+struct Candidate {
+    source: RestoreSource,
+    manifest: Manifest,
+    view: LogView,
+    lost_records: u64,
+    new_run: Option<NewRun>,
+}
+
+struct NewRun {
+    path: Path,
+    bytes: Bytes,
+}
+
+/// Rebuilds the sealed state from every index run in the store (listed or
+/// not), newest last, and the replay point from the newest: a manifest that
+/// lists one new full run of that state. `Err` says why it cannot be used.
+async fn rebuilt_candidate(
+    env: &EngineEnv,
+    layout: &ShardLayout,
+    damaged: &mut Vec<Path>,
+) -> Result<Result<Candidate, String>, EngineError> {
+    let store = &env.store;
+    let metas: Vec<_> = store
+        .list(Some(&layout.immutable_prefix(ImmutableKind::IndexRun)))
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    let mut runs: Vec<(ObjectId, Path)> = metas
+        .into_iter()
+        .filter_map(|m| {
+            layout
+                .parse_object_id(&m.location, ImmutableKind::IndexRun)
+                .map(|id| (id, m.location))
+        })
+        .collect();
+    runs.sort_by_key(|(id, _)| *id);
+    let mut table = StreamTable::default();
+    let mut newest: Option<(ObjectId, u64)> = None;
+    for (id, path) in runs {
+        let bytes = store
+            .get(&path)
+            .await
+            .map_err(|e| EngineError::store(&e))?
+            .bytes()
+            .await
+            .map_err(|e| EngineError::store(&e))?;
+        let run = match strata_manifest::index_run::decode(&bytes) {
+            Ok(run) => run,
+            Err(_) => {
+                if !damaged.contains(&path) {
+                    damaged.push(path);
+                }
+                continue;
+            }
+        };
+        if apply_newer_run(&mut table, &run).is_ok() {
+            newest = Some((id, run.chain_end));
+        }
+    }
+    let Some((newest_id, chain_end)) = newest else {
+        return Ok(Err("no index run in the store decodes".into()));
+    };
+    // The segments the state refers to, with their sizes.
+    let seg_metas: Vec<_> = store
+        .list(Some(&layout.immutable_prefix(ImmutableKind::Segment)))
+        .try_collect()
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+    let sizes: BTreeMap<ObjectId, u64> = seg_metas
+        .iter()
+        .filter_map(|m| {
+            layout
+                .parse_object_id(&m.location, ImmutableKind::Segment)
+                .map(|id| (id, m.size))
+        })
+        .collect();
+    let referenced: BTreeSet<ObjectId> = table
+        .streams
+        .values()
+        .flat_map(|s| s.sealed.iter().map(|c| c.segment))
+        .collect();
+    let mut segments = Vec::new();
+    for id in referenced {
+        match sizes.get(&id) {
+            Some(bytes) => segments.push(SegmentRef {
+                id: id.0,
+                bytes: *bytes,
+            }),
+            None => return Ok(Err(format!("{} is missing", layout.segment(id)))),
+        }
+    }
+    let epoch = max_epoch_seen(store, layout, None).await? + 1;
+    let run_id = ObjectId::new(epoch, 1);
+    let mut ids: Vec<&[u8; 16]> = table.streams.keys().collect();
+    ids.sort();
+    let run = IndexRun {
+        id: run_id.0,
+        chain_end,
+        entries: ids
+            .into_iter()
+            .map(|id| {
+                let s = &table.streams[id];
+                run_entry(&s.tail, &s.sealed)
+            })
+            .collect(),
+    };
+    let bytes = strata_manifest::index_run::encode(&run)
+        .map_err(|e| EngineError::corrupt("rebuilt index run", e))?;
+    let manifest = Manifest {
+        version: 1,
+        writer: WriterIdentity {
+            instance: [0; 16],
+            epoch,
+            write_id: [0; 16],
+        },
+        shard: layout.shard().as_str().to_string(),
+        replay: ReplayPoint {
+            slot: chain_end.checked_add(1).unwrap_or(0),
+            epoch_floor: newest_id.epoch(),
+            chain_end,
+        },
+        next_object_id: 2,
+        index_runs: vec![IndexRunRef {
+            id: run_id.0,
+            bytes: bytes.len() as u64,
+        }],
+        segments,
+        fence_windows: Vec::new(),
+    };
+    let view = match inspect_log_from(
+        env.clone(),
+        layout.shard().clone(),
+        ShardConfig::default(),
+        manifest.clone(),
+        table,
+    )
+    .await
+    {
+        Ok(view) => view,
+        Err(e) => return Ok(Err(format!("the rebuilt state does not open: {e}"))),
+    };
+    for s in view.streams.streams.values() {
+        if let Err(why) = crate::ops::check_stream_offsets(s) {
+            return Ok(Err(format!("stream {}: {why}", hex(&s.tail.stream.id))));
+        }
+    }
+    Ok(Ok(Candidate {
+        source: RestoreSource::Rebuilt,
+        manifest,
+        view,
+        lost_records: 0,
+        new_run: Some(NewRun {
+            path: layout.index_run(run_id),
+            bytes,
+        }),
+    }))
+}
+
+/// Applies a run newer than every run applied before, for a rebuild: its
+/// tail replaces the stream's, and its chunks replace the stream's chunks
+/// from their first offset on (a full run lists them all; an incremental one
+/// continues them; a newer owner's run wins over an older one's).
+fn apply_newer_run(table: &mut StreamTable, run: &IndexRun) -> Result<(), String> {
+    for entry in &run.entries {
+        let chunks = entry
+            .chunks
+            .iter()
+            .map(decode_sealed)
+            .collect::<Result<Vec<_>, _>>()?;
+        let stream = StreamRef {
+            id: entry.stream_id,
+            incarnation: entry.incarnation,
+        };
+        let tail = tail_from_record(stream, &entry.tail);
+        match table.streams.get_mut(&entry.stream_id) {
+            Some(existing) if existing.tail.stream.incarnation > entry.incarnation => {}
+            Some(existing) if existing.tail.stream.incarnation == entry.incarnation => {
+                if let Some(first) = chunks.first() {
+                    existing
+                        .sealed
+                        .retain(|c| c.end_offset() <= first.first_offset());
+                    if existing
+                        .sealed
+                        .last()
+                        .is_some_and(|c| c.end_offset() != first.first_offset())
+                    {
+                        return Err("chunks that do not continue the stream".into());
+                    }
+                }
+                existing.sealed.extend(chunks);
+                existing.tail = tail;
+                if existing.tail.status == StreamStatus::Deleted {
+                    existing.sealed.clear();
+                }
+            }
+            _ => {
+                let deleted = tail.status == StreamStatus::Deleted;
+                let mut fresh = DurableStream::empty(tail);
+                if !deleted {
+                    fresh.sealed = chunks;
+                }
+                table.streams.insert(entry.stream_id, fresh);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes `target` as the shard's next manifest (after the checks and the
@@ -278,12 +536,18 @@ pub async fn recover(
 async fn restore(
     env: &EngineEnv,
     layout: &ShardLayout,
-    target: Manifest,
-    view: LogView,
+    candidate: Candidate,
     damaged: Vec<Path>,
     instance: InstanceId,
     options: RepairOptions,
 ) -> Result<RepairReport, RepairError> {
+    let Candidate {
+        source,
+        manifest: target,
+        view,
+        new_run,
+        ..
+    } = candidate;
     let store = &env.store;
     let current = load_current(store, layout).await?;
     let mut physical = physical_offsets(store, layout).await?;
@@ -306,7 +570,7 @@ async fn restore(
     let lost = lost_ranges(&view.streams, &physical);
     let mut report = RepairReport {
         shard: layout.shard().as_str().to_string(),
-        restored_version: target.version,
+        restored_from: source,
         written_version: None,
         reopened_epoch: None,
         quarantined: Vec::new(),
@@ -338,6 +602,16 @@ async fn restore(
     for path in &damaged {
         quarantine(store, path, env.clock.now_ms()).await?;
         report.quarantined.push(path.to_string());
+    }
+    if let Some(run) = new_run {
+        put_immutable(
+            store,
+            &run.path,
+            run.bytes,
+            &ShardConfig::default().store_retry,
+        )
+        .await
+        .map_err(|e| EngineError::store(&e))?;
     }
     // The new version: the target's content under a new owner epoch, above
     // every epoch and version the shard has seen, keeping every fence window.

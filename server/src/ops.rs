@@ -14,7 +14,9 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use object_store::ObjectStore;
 use strata_engine::ops::{self, Inspection, ShardSummary, StreamSummary, Verification};
-use strata_engine::repair::{self, RepairError, RepairOptions, RepairOutcome, RepairReport};
+use strata_engine::repair::{
+    self, RepairError, RepairOptions, RepairOutcome, RepairReport, RestoreSource,
+};
 use strata_engine::store::{open_store, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, ShardConfig, ShardName};
 use strata_manifest::{CasObject, RetryPolicy};
@@ -262,10 +264,16 @@ fn finish_repair(report: &RepairReport, json: bool) -> ExitCode {
     if json {
         print_json(report);
     } else {
-        println!(
-            "shard {}: restored from manifest version {}",
-            report.shard, report.restored_version
-        );
+        match report.restored_from {
+            RestoreSource::History(v) => println!(
+                "shard {}: restored from retained manifest version {v}",
+                report.shard
+            ),
+            RestoreSource::Rebuilt => println!(
+                "shard {}: rebuilt from its index runs, segments and WAL",
+                report.shard
+            ),
+        }
         for q in &report.quarantined {
             println!("  quarantined {q}");
         }

@@ -346,6 +346,7 @@ async fn rollback_restores_a_retained_version_and_loses_nothing() {
     let (code, report) = repair(&["rollback", "s0", "--to", &to, "--force"], dir.path());
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["outcome"]["status"], "done", "{report}");
+    assert_eq!(report["restored_from"]["version"], versions[1], "{report}");
     assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
     let (healthy, after) = verify(dir.path(), true);
     assert_eq!(healthy, 0, "{after}");
@@ -482,5 +483,41 @@ async fn a_repair_fences_a_live_zombie_writer() {
         "{late:?}"
     );
     zombie.crash();
+    assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
+}
+
+#[tokio::test]
+async fn recover_without_any_retained_version_rebuilds_from_the_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = build_shard(dir.path()).await;
+    std::fs::remove_file(dir.path().join("shards/s0/manifest")).unwrap();
+    std::fs::remove_dir_all(dir.path().join("shards/s0/manifest-history")).unwrap();
+    let (code, report) = repair(&["recover", "s0", "--force"], dir.path());
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["restored_from"]["kind"], "rebuilt", "{report}");
+    assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
+    let (healthy, after) = verify(dir.path(), true);
+    assert_eq!(healthy, 0, "{after}");
+    assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
+}
+
+#[tokio::test]
+async fn recover_rebuilds_around_a_corrupt_run_when_no_version_avoids_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = build_shard(dir.path()).await;
+    std::fs::remove_dir_all(dir.path().join("shards/s0/manifest-history")).unwrap();
+    let runs = files_under(dir.path(), "index");
+    flip_byte(&runs[2], 40);
+    let (code, report) = repair(&["recover", "s0", "--force"], dir.path());
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["restored_from"]["kind"], "rebuilt", "{report}");
+    assert_eq!(
+        report["quarantined"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
+    let (healthy, after) = verify(dir.path(), true);
+    assert_eq!(healthy, 0, "{after}");
     assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
 }

@@ -29,7 +29,7 @@
 mod actor;
 mod gc;
 pub mod history;
-mod io;
+pub(crate) mod io;
 mod read;
 pub mod recovery;
 mod seal;
@@ -56,7 +56,7 @@ use crate::ids::{InstanceId, ShardName, StreamRef};
 use crate::layout::{ObjectId, ShardLayout};
 
 pub use read::{ReadBatch, ReadLimits, WaitOutcome};
-pub use recovery::{inspect_log, inspect_log_at, LogView, RecoveryReport};
+pub use recovery::{inspect_log, inspect_log_at, inspect_log_from, LogView, RecoveryReport};
 pub use state::{
     ApplyError, DurableStream, ProducerClaim, ProducerState, StreamStatus, StreamTable, Tail,
 };

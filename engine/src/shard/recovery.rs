@@ -303,16 +303,26 @@ async fn walk<'a>(
     manifest: Option<&Manifest>,
     owner_epoch: Option<u64>,
 ) -> Result<(Walker<'a>, u64, BTreeSet<u64>), EngineError> {
+    let table = match manifest {
+        Some(m) => load_runs(ctx, m).await?,
+        None => StreamTable::default(),
+    };
+    walk_from(ctx, manifest, table, owner_epoch).await
+}
+
+/// `walk`, on top of a sealed state already loaded.
+async fn walk_from<'a>(
+    ctx: &'a ShardCtx,
+    manifest: Option<&Manifest>,
+    table: StreamTable,
+    owner_epoch: Option<u64>,
+) -> Result<(Walker<'a>, u64, BTreeSet<u64>), EngineError> {
     let store = &ctx.env.store;
     let replay = manifest.map(|m| m.replay).unwrap_or(ReplayPoint {
         slot: 0,
         epoch_floor: 0,
         chain_end: strata_manifest::NO_SLOT,
     });
-    let table = match manifest {
-        Some(m) => load_runs(ctx, m).await?,
-        None => StreamTable::default(),
-    };
     let listed = list_slots(ctx, replay.slot).await?;
     let mut end = replay.slot;
     while listed.contains(&end) {
@@ -377,6 +387,35 @@ pub async fn inspect_log(
         })?
         .map(|v| v.value);
     inspect_log_at(env, shard, config, manifest).await
+}
+
+/// What an owner would recover starting from `sealed` (instead of the runs
+/// `manifest` lists) and walking the WAL from `manifest`'s replay point.
+pub async fn inspect_log_from(
+    env: EngineEnv,
+    shard: ShardName,
+    config: ShardConfig,
+    manifest: Manifest,
+    sealed: StreamTable,
+) -> Result<LogView, EngineError> {
+    let layout = ShardLayout::new(shard);
+    let manifest_cas =
+        CasObject::<ManifestCodec>::new(env.store.clone(), layout.manifest(), config.store_retry);
+    let ctx = ShardCtx {
+        env,
+        layout,
+        instance: InstanceId([0; 16]),
+        config,
+        manifest: manifest_cas,
+    };
+    let (walker, end, _) = walk_from(&ctx, Some(&manifest), sealed, None).await?;
+    Ok(LogView {
+        manifest: Some(manifest),
+        streams: walker.table,
+        end_slot: end,
+        objects_applied: walker.applied,
+        stale_objects_skipped: walker.skipped,
+    })
 }
 
 /// What an owner opening the shard from `manifest` (instead of the one in
