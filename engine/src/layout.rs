@@ -43,6 +43,11 @@ pub fn subscription(project: &str, id: &str) -> Path {
     ))
 }
 
+/// The store's shard topology (the shard count, fixed at first start).
+pub fn topology() -> Path {
+    Path::from("topology.json")
+}
+
 /// The server's webhook signing key (an Ed25519 key pair, created once).
 pub fn webhook_signing_key() -> Path {
     Path::from("server/webhook-signing-key.json")

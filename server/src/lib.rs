@@ -12,3 +12,4 @@ pub mod registry;
 pub mod serve;
 pub mod streams;
 pub mod subscriptions;
+pub mod topology;

@@ -262,6 +262,9 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         chunk_cache: args.sealing.chunk_cache(args.listen)?,
         ..ShardConfig::default()
     };
+    crate::topology::settle(&store, args.shards.max(1))
+        .await
+        .map_err(|e| ServeError::Usage(e.to_string()))?;
     let mut shards = Vec::new();
     for i in 0..args.shards.max(1) {
         let name = format!("s{i}");

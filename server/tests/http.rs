@@ -450,3 +450,21 @@ async fn a_second_instance_on_a_busy_address_fails_without_fencing_the_first() {
         .unwrap();
     assert_eq!(appended.status(), StatusCode::NO_CONTENT);
 }
+
+#[tokio::test]
+async fn a_store_keeps_the_shard_count_it_was_first_served_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_str().unwrap().to_string();
+    let first = Server::start(&store, free_port(), &["--shards", "2"]).await;
+    drop(first);
+    let other = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--store", &store, "--shards", "3"])
+        .output()
+        .unwrap();
+    assert!(!other.status.success());
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(stderr.contains("--shards 2"), "{stderr}");
+    // The same count starts.
+    let _again = Server::start(&store, free_port(), &["--shards", "2"]).await;
+}
