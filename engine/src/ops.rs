@@ -16,7 +16,7 @@
 //! across the sealed chunks and the unsealed pages. `deep` also fetches
 //! every live chunk and checks it as a read would.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -311,6 +311,17 @@ pub struct Finding {
     pub kind: FindingKind,
     pub object: String,
     pub detail: String,
+    /// The records the damage makes unreachable, where they are known.
+    pub records: Vec<RecordRange>,
+}
+
+/// Records `from..to` of one stream incarnation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordRange {
+    pub stream_id: String,
+    pub incarnation: u64,
+    pub from: u64,
+    pub to: u64,
 }
 
 /// How much a verification looked at.
@@ -363,6 +374,7 @@ pub async fn verify(
         kind,
         object: object.to_string(),
         detail,
+        records: Vec::new(),
     };
 
     let manifest = match load_manifest(store, &layout).await {
@@ -502,14 +514,16 @@ pub async fn verify(
     }
     let stranded: Vec<u64> = slots.range(end..).copied().collect();
     if let (Some(first), Some(last)) = (stranded.first(), stranded.last()) {
-        findings.push(finding(
+        let mut gap = finding(
             FindingKind::WalGap,
             &layout.wal(end),
             format!(
                 "missing; {} object(s) after it (slots {first}..={last}) are ignored by an opener",
                 stranded.len()
             ),
-        ));
+        );
+        gap.records = stranded_records(store, &layout, &stranded).await?;
+        findings.push(gap);
     }
     let walked: Vec<u64> = (replay..end).collect();
     counts.wal_objects = walked.len();
@@ -680,6 +694,7 @@ async fn deep_check(
                     kind: FindingKind::SegmentMissing,
                     object,
                     detail: "a stream's chunk is in a segment that is missing".into(),
+                    records: vec![chunk_records(&sealed)],
                 });
                 continue;
             }
@@ -701,10 +716,58 @@ async fn deep_check(
                 kind: FindingKind::ChunkCorrupt,
                 object,
                 detail,
+                records: vec![chunk_records(&sealed)],
             });
         }
     }
     Ok(())
+}
+
+fn chunk_records(sealed: &SealedChunk) -> RecordRange {
+    RecordRange {
+        stream_id: hex(&sealed.chunk.stream_id),
+        incarnation: sealed.chunk.incarnation,
+        from: sealed.chunk.first_offset,
+        to: sealed.chunk.end_offset,
+    }
+}
+
+/// The records appended by the WAL objects after a gap, per stream
+/// incarnation (merged into one range each): an opener never reaches them.
+async fn stranded_records(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+    slots: &[u64],
+) -> Result<Vec<RecordRange>, EngineError> {
+    let mut ranges: BTreeMap<([u8; 16], u64), (u64, u64)> = BTreeMap::new();
+    for slot in slots {
+        let Some(bytes) = get_whole(store, &layout.wal(*slot)).await? else {
+            continue;
+        };
+        let Ok(object) = strata_wal::decode(&bytes) else {
+            continue;
+        };
+        for entry in &object.entries {
+            if let strata_wal::WalEntry::Append(a) = entry {
+                let end = a.first_offset + a.record_count;
+                let range = ranges
+                    .entry((a.stream.id, a.stream.incarnation))
+                    .or_insert((a.first_offset, end));
+                range.0 = range.0.min(a.first_offset);
+                range.1 = range.1.max(end);
+            }
+        }
+    }
+    Ok(ranges
+        .into_iter()
+        .filter(|(_, (from, to))| from < to)
+        .map(|((id, incarnation), (from, to))| RecordRange {
+            stream_id: hex(&id),
+            incarnation,
+            from,
+            to,
+        })
+        .collect())
 }
 
 /// What a segment's trailer and table say.

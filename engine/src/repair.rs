@@ -38,6 +38,7 @@ use crate::error::EngineError;
 use crate::ids::StreamRef;
 use crate::ids::{hex, InstanceId, ShardName};
 use crate::layout::{ImmutableKind, ObjectId, ShardLayout};
+use crate::ops::{FindingKind, RecordRange};
 use crate::shard::io::put_immutable;
 use crate::shard::sealed::{decode_sealed, run_entry, tail_from_record};
 use crate::shard::{
@@ -57,15 +58,6 @@ pub struct RepairOptions {
     pub dry_run: bool,
     /// A shard written within this long is presumed to have a live owner.
     pub live_window: Duration,
-}
-
-/// Records of one stream a repair cannot bring back: offsets `from..to`.
-#[derive(Debug, Clone, Serialize)]
-pub struct LostRange {
-    pub stream_id: String,
-    pub incarnation: u64,
-    pub from: u64,
-    pub to: u64,
 }
 
 /// One stream's next offset after the repair.
@@ -88,7 +80,11 @@ pub struct RepairReport {
     /// The epoch of the owner that reopened the shard after the repair.
     pub reopened_epoch: Option<u64>,
     pub quarantined: Vec<String>,
-    pub lost: Vec<LostRange>,
+    /// Records present in the store that this repair would leave unreachable.
+    pub lost: Vec<RecordRange>,
+    /// Records already lost to damage no repair can undo (corrupt or missing
+    /// chunks, WAL objects stranded after a missing one), whatever is done.
+    pub unrecoverable: Vec<RecordRange>,
     pub streams: Vec<StreamAfter>,
     pub outcome: RepairOutcome,
 }
@@ -101,6 +97,8 @@ pub enum RestoreSource {
     History(u64),
     /// Rebuilt from every index run, segment and WAL object in the store.
     Rebuilt,
+    /// Nothing was restored: the current manifest stands.
+    Current,
 }
 
 /// Whether a repair was carried out.
@@ -219,6 +217,7 @@ pub async fn recover(
 ) -> Result<RepairReport, RepairError> {
     let store = &env.store;
     let layout = ShardLayout::new(shard.clone());
+    let unrecoverable = unrecoverable_records(env, shard).await?;
     let current = load_current(store, &layout).await?;
     let mut damaged: Vec<Path> = Vec::new();
     match current.as_ref().and_then(|c| c.value.as_ref()) {
@@ -231,8 +230,24 @@ pub async fn recover(
             )
             .await;
             let segments = missing_segments(store, &layout, m).await?;
-            if opens.is_ok() && segments.is_none() {
-                return Err(RepairError::Healthy);
+            if let (Ok(view), None) = (&opens, &segments) {
+                if unrecoverable.is_empty() {
+                    return Err(RepairError::Healthy);
+                }
+                // Nothing to restore, but damage to report.
+                return Ok(RepairReport {
+                    shard: shard.as_str().to_string(),
+                    restored_from: RestoreSource::Current,
+                    written_version: None,
+                    reopened_epoch: None,
+                    quarantined: Vec::new(),
+                    lost: Vec::new(),
+                    unrecoverable: from_recovered(unrecoverable, &view.streams),
+                    streams: streams_after(&view.streams),
+                    outcome: RepairOutcome::Refused(
+                        "the manifest and index runs are sound; the damage found cannot be undone by a repair".into(),
+                    ),
+                });
             }
             damaged.extend(damaged_runs(store, &layout, m).await?);
         }
@@ -318,7 +333,44 @@ pub async fn recover(
             reason: reasons.join("; "),
         });
     };
-    restore(env, &layout, best, damaged, instance, options).await
+    let mut report = restore(env, &layout, best, damaged, instance, options).await?;
+    report.unrecoverable = unrecoverable;
+    Ok(report)
+}
+
+/// Records a deep verification finds lost to damage a repair cannot undo.
+async fn unrecoverable_records(
+    env: &EngineEnv,
+    shard: &ShardName,
+) -> Result<Vec<RecordRange>, EngineError> {
+    let verification = crate::ops::verify(env, shard, true, &|_| {}).await?;
+    Ok(verification
+        .findings
+        .into_iter()
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FindingKind::ChunkCorrupt | FindingKind::SegmentMissing | FindingKind::WalGap
+            )
+        })
+        .flat_map(|f| f.records)
+        .collect())
+}
+
+/// Stranded WAL records start, for a reader, where the recovered stream ends:
+/// the missing object's records are lost too.
+fn from_recovered(ranges: Vec<RecordRange>, table: &StreamTable) -> Vec<RecordRange> {
+    ranges
+        .into_iter()
+        .map(|mut r| {
+            if let Some(s) = table.streams.values().find(|s| {
+                hex(&s.tail.stream.id) == r.stream_id && s.tail.stream.incarnation == r.incarnation
+            }) {
+                r.from = r.from.min(s.tail.next_offset);
+            }
+            r
+        })
+        .collect()
 }
 
 /// A manifest a repair may restore, what it recovers, and the index run it
@@ -575,6 +627,7 @@ async fn restore(
         reopened_epoch: None,
         quarantined: Vec::new(),
         lost: lost.clone(),
+        unrecoverable: Vec::new(),
         streams: streams_after(&view.streams),
         outcome: RepairOutcome::Done,
     };
@@ -706,7 +759,7 @@ fn streams_after(table: &StreamTable) -> Vec<StreamAfter> {
 type Incarnation = ([u8; 16], u64);
 
 /// Records physically present beyond what `table` recovers.
-fn lost_ranges(table: &StreamTable, physical: &BTreeMap<Incarnation, u64>) -> Vec<LostRange> {
+fn lost_ranges(table: &StreamTable, physical: &BTreeMap<Incarnation, u64>) -> Vec<RecordRange> {
     let mut out = Vec::new();
     for ((id, incarnation), end) in physical {
         let recovered = table
@@ -720,7 +773,7 @@ fn lost_ranges(table: &StreamTable, physical: &BTreeMap<Incarnation, u64>) -> Ve
             .get(id)
             .is_some_and(|s| s.tail.stream.incarnation > *incarnation);
         if recovered < *end && !replaced {
-            out.push(LostRange {
+            out.push(RecordRange {
                 stream_id: hex(id),
                 incarnation: *incarnation,
                 from: recovered,

@@ -273,6 +273,16 @@ fn finish_repair(report: &RepairReport, json: bool) -> ExitCode {
                 "shard {}: rebuilt from its index runs, segments and WAL",
                 report.shard
             ),
+            RestoreSource::Current => println!(
+                "shard {}: the manifest stands; nothing restored",
+                report.shard
+            ),
+        }
+        for l in &report.unrecoverable {
+            println!(
+                "  DAMAGED, UNRECOVERABLE: stream {} incarnation {} offsets {}..{}",
+                l.stream_id, l.incarnation, l.from, l.to
+            );
         }
         for q in &report.quarantined {
             println!("  quarantined {q}");

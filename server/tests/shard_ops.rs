@@ -285,6 +285,16 @@ async fn a_corrupt_chunk_is_found_by_a_deep_verify() {
         .as_str()
         .unwrap()
         .contains(name));
+    // No repair brings those records back: recover says exactly which.
+    let (code, repaired) = repair(&["recover", "s0", "--force"], dir.path());
+    assert_eq!(code, EXIT_DAMAGED, "{repaired}");
+    let lost = repaired["unrecoverable"].as_array().unwrap();
+    assert_eq!(lost.len(), 1, "{repaired}");
+    assert_eq!(lost[0]["stream_id"], "01".repeat(16));
+    assert_eq!(
+        (lost[0]["from"].as_u64(), lost[0]["to"].as_u64()),
+        (Some(0), Some(10))
+    );
 }
 
 #[tokio::test]
@@ -307,6 +317,16 @@ async fn a_wal_object_deleted_in_the_middle_is_a_gap() {
     assert!(
         finding["detail"].as_str().unwrap().contains("4 object(s)"),
         "{report}"
+    );
+    // The missing record and the four after it cannot be reached.
+    let (code, repaired) = repair(&["recover", "s0", "--force"], dir.path());
+    assert_eq!(code, EXIT_DAMAGED, "{repaired}");
+    let lost = repaired["unrecoverable"].as_array().unwrap();
+    assert_eq!(lost.len(), 1, "{repaired}");
+    assert_eq!(lost[0]["stream_id"], "01".repeat(16));
+    assert_eq!(
+        (lost[0]["from"].as_u64(), lost[0]["to"].as_u64()),
+        (Some(40), Some(45))
     );
 }
 
