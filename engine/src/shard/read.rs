@@ -82,7 +82,7 @@ fn check_tiling(chunks: &[SealedChunk], from: u64, unsealed_from: u64) -> Result
 /// A chunk a read needs, or `None` when its routing-key summary excludes the
 /// key (no GET is made).
 async fn fetch_chunk(
-    ctx: &ShardCtx,
+    ctx: &std::sync::Arc<ShardCtx>,
     sealed: &SealedChunk,
     key_hash: Option<u64>,
 ) -> Result<Option<Chunk>, EngineError> {

@@ -182,85 +182,124 @@ fn cache_key(path: &object_store::path::Path, sealed: &SealedChunk) -> String {
     format!("{path}@{}+{}", sealed.chunk.position, sealed.chunk.length)
 }
 
-/// Loads one sealed chunk: from the cache, from a fetch in flight, or with
-/// one ranged GET.
-pub(crate) async fn load_chunk(ctx: &ShardCtx, sealed: &SealedChunk) -> Result<Chunk, EngineError> {
+/// Loads one sealed chunk: from the cache, from a fetch in flight (joining
+/// it), or with one ranged GET (shared with other readers while it runs).
+pub(crate) async fn load_chunk(
+    ctx: &Arc<ShardCtx>,
+    sealed: &SealedChunk,
+) -> Result<Chunk, EngineError> {
     let path = ctx.layout.segment(sealed.segment);
     let r = &sealed.chunk;
-    let key = cache_key(&path, sealed);
-    let cache: Option<&Arc<ChunkCache>> = ctx.config.chunk_cache.as_ref();
-    if let Some(cache) = cache {
+    if let Some(cache) = ctx.config.chunk_cache.as_ref() {
+        let key = cache_key(&path, sealed);
         if let Some(bytes) = cache.get(&key) {
             match check(sealed, decode_chunk(&bytes)) {
                 Ok(chunk) => return Ok(chunk),
                 Err(_) => cache.remove(&key),
             }
         }
-        if let Some(fetch) = cache.in_flight(&key) {
+        if let Some(fetch) = shared_fetch(ctx, cache, sealed.clone(), key, FetchFor::Reader) {
             if let Some(bytes) = fetch.await {
                 if let Ok(chunk) = check(sealed, decode_chunk(&bytes)) {
                     return Ok(chunk);
                 }
             }
         }
+        // The shared fetch failed: fetch again, to report why.
     }
     let bytes = get_range(ctx, &path, r.position..r.position + r.length).await?;
-    let chunk = check(sealed, decode_chunk(&bytes)).map_err(|reason| {
-        EngineError::corrupt(format!("{path} (chunk at {})", r.position), reason)
-    })?;
-    if let Some(c) = cache {
-        c.put(&key, &bytes);
+    check(sealed, decode_chunk(&bytes))
+        .map_err(|reason| EngineError::corrupt(format!("{path} (chunk at {})", r.position), reason))
+}
+
+/// Who a shared fetch is for: a reader waiting on it, or the read-ahead
+/// (which has a byte budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FetchFor {
+    Reader,
+    ReadAhead,
+}
+
+/// The fetch of `sealed` in flight, joined or started (`None`: a read-ahead
+/// over its budget). A started fetch GETs the chunk, validates it, writes it
+/// to the cache from a blocking thread, and leaves the in-flight map only
+/// once cached (its finished future keeps handing out the bytes), so a reader
+/// always finds a chunk fetched once in one of the two.
+fn shared_fetch(
+    ctx: &Arc<ShardCtx>,
+    cache: &Arc<ChunkCache>,
+    sealed: SealedChunk,
+    key: String,
+    purpose: FetchFor,
+) -> Option<ChunkFetch> {
+    let mut in_flight = cache.in_flight.lock();
+    if let Some(running) = in_flight.get(&key) {
+        return Some(running.clone());
     }
-    Ok(chunk)
+    let budget = match purpose {
+        FetchFor::ReadAhead => sealed.chunk.length,
+        FetchFor::Reader => 0,
+    };
+    if budget > 0 {
+        if cache.read_ahead_bytes.load(Ordering::Relaxed) + budget > READ_AHEAD_BYTES_MAX {
+            return None;
+        }
+        cache.read_ahead_bytes.fetch_add(budget, Ordering::Relaxed);
+    }
+    let ctx = ctx.clone();
+    let owner = cache.clone();
+    let fetch_key = key.clone();
+    let fetch = async move {
+        let path = ctx.layout.segment(sealed.segment);
+        let range = sealed.chunk.position..sealed.chunk.position + sealed.chunk.length;
+        let fetched = get_range(&ctx, &path, range)
+            .await
+            .ok()
+            .filter(|bytes| check(&sealed, decode_chunk(bytes)).is_ok());
+        let settle = {
+            let owner = owner.clone();
+            let key = fetch_key.clone();
+            move || {
+                owner.in_flight.lock().remove(&key);
+                owner.read_ahead_bytes.fetch_sub(budget, Ordering::Relaxed);
+            }
+        };
+        match &fetched {
+            Some(bytes) => {
+                let bytes = bytes.clone();
+                tokio::task::spawn_blocking(move || {
+                    owner.put(&fetch_key, &bytes);
+                    settle();
+                });
+            }
+            None => settle(),
+        }
+        fetched
+    }
+    .boxed()
+    .shared();
+    in_flight.insert(key, fetch.clone());
+    drop(in_flight);
+    // Driven to the end even if every reader waiting on it goes away.
+    tokio::spawn(fetch.clone());
+    Some(fetch)
 }
 
 /// Starts background fetches of `ahead` (the chunks a reader will want next)
 /// into the cache, skipping those cached or in flight, within the read-ahead
 /// byte budget. Does nothing without a cache.
 pub(crate) fn read_ahead(ctx: &Arc<ShardCtx>, ahead: Vec<SealedChunk>) {
-    let Some(cache) = ctx.config.chunk_cache.clone() else {
+    let Some(cache) = ctx.config.chunk_cache.as_ref() else {
         return;
     };
     for sealed in ahead {
-        let path = ctx.layout.segment(sealed.segment);
-        let key = cache_key(&path, &sealed);
-        if cache.contains(&key) {
+        let key = cache_key(&ctx.layout.segment(sealed.segment), &sealed);
+        if cache.contains(&key) || cache.in_flight(&key).is_some() {
             continue;
         }
-        let len = sealed.chunk.length;
-        let fetch: ChunkFetch = {
-            let mut in_flight = cache.in_flight.lock();
-            if in_flight.contains_key(&key) {
-                continue;
-            }
-            if cache.read_ahead_bytes.load(Ordering::Relaxed) + len > READ_AHEAD_BYTES_MAX {
-                return;
-            }
-            cache.read_ahead_bytes.fetch_add(len, Ordering::Relaxed);
-            let ctx = ctx.clone();
-            let owner = cache.clone();
-            let fetch_key = key.clone();
-            let fetch = async move {
-                let range = sealed.chunk.position..sealed.chunk.position + len;
-                let fetched = get_range(&ctx, &path, range)
-                    .await
-                    .ok()
-                    .filter(|bytes| check(&sealed, decode_chunk(bytes)).is_ok());
-                // Cached before it leaves the in-flight map, so a reader
-                // always finds it in one of the two.
-                if let Some(bytes) = &fetched {
-                    owner.put(&fetch_key, bytes);
-                }
-                owner.in_flight.lock().remove(&fetch_key);
-                owner.read_ahead_bytes.fetch_sub(len, Ordering::Relaxed);
-                fetched
-            }
-            .boxed()
-            .shared();
-            in_flight.insert(key, fetch.clone());
-            fetch
-        };
-        tokio::spawn(fetch);
+        if shared_fetch(ctx, cache, sealed, key, FetchFor::ReadAhead).is_none() {
+            return;
+        }
     }
 }
 
