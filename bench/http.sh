@@ -3,11 +3,18 @@
 # protocol, measured in one run on this machine with wrk, printed as one
 # markdown table. See bench/README.md.
 #
-#   bench/http.sh                 all configurations (a..g)
+#   bench/http.sh                 all configurations (a..l)
 #   ONLY="a c e" bench/http.sh    a subset
 #
+# Configurations (bench/README.md has the details):
+#   strata:               h c=1, a c=64 (local dir store); l c=1, b c=1024 (+25 ms PUT latency)
+#   durable-streams Rust: i c=1, c c=64, d c=1024
+#   Node, in memory:      j c=1, e c=64, f c=1024
+#   Node, file-backed:    k c=1, g c=64
+#
 # Environment (all optional):
-#   ONLY          configurations to run, space separated (default "a b c d e f g")
+#   ONLY          configurations to run, space separated, in table order
+#                 (default "h a l b i c d j e f k g")
 #   DURATION      seconds per wrk run (default 10)
 #   WARMUP        seconds of unmeasured wrk warm-up before each run (default 2, 0 = none)
 #   THREADS       wrk threads (default 1)
@@ -23,7 +30,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 
-ONLY="${ONLY:-a b c d e f g}"
+ONLY="${ONLY:-h a l b i c d j e f k g}"
 DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-2}"
 THREADS="${THREADS:-1}"
@@ -41,8 +48,8 @@ err() { printf '[bench] ERROR: %s\n' "$*" >&2; }
 
 for cfg in $ONLY; do
     case "$cfg" in
-        a | b | c | d | e | f | g) ;;
-        *) err "unknown configuration '$cfg' in ONLY (expected a..g)"; exit 2 ;;
+        a | b | c | d | e | f | g | h | i | j | k | l) ;;
+        *) err "unknown configuration '$cfg' in ONLY (expected a..l)"; exit 2 ;;
     esac
 done
 wants() { # wants a b ...: is any of these configurations selected?
@@ -56,7 +63,7 @@ for tool in wrk curl awk; do
 done
 
 # ---------------------------------------------------------------- build ----
-if wants a b; then
+if wants a b h l; then
     if [ -n "${STRATA_BIN:-}" ]; then
         :
     else
@@ -69,7 +76,7 @@ if wants a b; then
     [ -x "$STRATA_BIN" ] || { err "no strata binary at $STRATA_BIN"; exit 1; }
 fi
 
-if wants c d; then
+if wants c d i; then
     if [ ! -x "$DS_BIN" ]; then
         [ "${SKIP_BUILD:-}" = 1 ] && { err "no durable-streams-server at $DS_BIN"; exit 1; }
         log "installing durable-streams $DS_VERSION from crates.io into $DS_ROOT (one-time build)"
@@ -80,7 +87,7 @@ if wants c d; then
     [ -x "$DS_BIN" ] || { err "no durable-streams-server at $DS_BIN"; exit 1; }
 fi
 
-if wants e f g; then
+if wants e f g j k; then
     command -v node >/dev/null || { err "node is not installed"; exit 1; }
     installed="$(node -p "require('$here/node_modules/@durable-streams/server/package.json').version" 2>/dev/null || true)"
     if [ "$installed" != "$NODE_PKG_VERSION" ]; then
@@ -210,7 +217,7 @@ probe_append() { # probe_append BASE PREFIX KEY -> HTTP status of one append
 }
 
 STRATA_KEY=""
-if wants a b; then
+if wants a b h l; then
     STRATA_KEY="$("$STRATA_BIN" keys generate)"
 fi
 
@@ -227,25 +234,33 @@ run_config() {
     local port
     port="$(free_port)"
     case "$cfg" in
-        a | b)
+        a | b | h | l)
             server="strata"
             prefix="/v1/stream/" key="$STRATA_KEY" health="/healthz"
             cmd=("$STRATA_BIN" serve --listen "127.0.0.1:$port" --store "$data/store")
-            if [ "$cfg" = a ]; then
-                config="local dir store (fdatasync)"; conns=64
-            else
-                config="local dir store + 25 ms emulated PUT latency"; conns=1024
-                cmd+=(--emulate-put-latency-ms 25)
-            fi
+            case "$cfg" in
+                a | h) config="local dir store (fdatasync)" ;;
+                b | l) config="local dir store + 25 ms emulated PUT latency"
+                       cmd+=(--emulate-put-latency-ms 25) ;;
+            esac
+            case "$cfg" in
+                a) conns=64 ;;
+                b) conns=1024 ;;
+                h | l) conns=1 ;;
+            esac
             ;;
-        c | d)
+        c | d | i)
             server="durable-streams $DS_VERSION (Rust)"
             config="--durability wal (group-commit fdatasync)"
             prefix="/" key="" health="/health"
             cmd=("$DS_BIN" --host 127.0.0.1 --port "$port" --data-dir "$data/data" --durability wal)
-            if [ "$cfg" = c ]; then conns=64; else conns=1024; fi
+            case "$cfg" in
+                c) conns=64 ;;
+                d) conns=1024 ;;
+                i) conns=1 ;;
+            esac
             ;;
-        e | f | g)
+        e | f | g | j | k)
             server="@durable-streams/server $NODE_PKG_VERSION (Node)"
             prefix="/v1/stream/" key="" health="/"
             cmd=(node "$here/node-server.mjs")
@@ -253,8 +268,10 @@ run_config() {
             case "$cfg" in
                 e) config="in-memory"; conns=64 ;;
                 f) config="in-memory"; conns=1024 ;;
-                g) config="file-backed (fdatasync per append)"; conns=64
-                   env_vars+=(DATA_DIR="$data/data") ;;
+                j) config="in-memory"; conns=1 ;;
+                g | k) config="file-backed (fdatasync per append)"
+                   env_vars+=(DATA_DIR="$data/data")
+                   if [ "$cfg" = g ]; then conns=64; else conns=1; fi ;;
             esac
             ;;
     esac
@@ -269,7 +286,7 @@ run_config() {
     SERVER_PID=$!
     if ! wait_ready "$base$health" "$logf"; then
         stop_server
-        ROWS+=("| $server | $config | $conns | - | - | - | FAILED: not ready | - |")
+        ROWS+=("| $cfg | $server | $config | $conns | - | - | - | FAILED: not ready | - |")
         FAILED=1
         return
     fi
@@ -335,7 +352,7 @@ run_config() {
         FAILED=1
     fi
     log "($cfg) $rps req/s, p50 $p50, p99 $p99, non-2xx $non2xx of $total, server CPU $cpu cores, wrk CPU $wcpu cores"
-    ROWS+=("| $server | $config | $conns | ${rps:--} | $p50 | $p99 | $errors | $cpu |")
+    ROWS+=("| $cfg | $server | $config | $conns | ${rps:--} | $p50 | $p99 | $errors | $cpu |")
 }
 
 log "run directory $RUN_DIR ($(df -PT "$RUN_DIR" | awk 'NR == 2 {print $2}') on $(df -P "$RUN_DIR" | awk 'NR == 2 {print $1}'))"
@@ -349,8 +366,8 @@ done
     echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); data on $(df -PT "$RUN_DIR" | awk 'NR == 2 {print $2}'); loadavg before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "strata: $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$root" && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' (work tree modified)'); $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo
-    echo "| server | config | conns | req/s | p50 | p99 | errors | server CPU (cores) |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
+    echo "| id | server | config | conns | req/s | p50 | p99 | errors | server CPU (cores) |"
+    echo "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
     printf '%s\n' "${ROWS[@]}"
     echo
     echo "wrk (load generator) CPU during each run, cores: $(IFS=,; echo "${WRK_CPU[*]}" | sed 's/,/, /g')"

@@ -1,19 +1,26 @@
 //! `strata bench`: reproducible benchmarks that print throughput, latency
 //! percentiles, object-store requests and peak memory.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
-use strata_engine::store::{open_store, Latency, Layered, RequestCounts, StoreOptions};
+use object_store::ObjectStore;
+use strata_engine::store::{
+    open_store, with_latency, Latency, Layered, RequestCounts, RequestTotals, StoreOptions,
+};
 use strata_engine::{
-    AppendRequest, EngineEnv, EngineError, Entropy, InstanceId, OsEntropy, Shard, ShardConfig,
-    ShardName, StreamRef,
+    AppendAck, AppendRequest, EngineEnv, EngineError, Entropy, InstanceId, OsEntropy, Shard,
+    ShardConfig, ShardName, StreamRef,
 };
 use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
 
+mod compare;
+#[cfg(feature = "slatedb-baseline")]
+mod slatedb;
 mod tiers;
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +33,26 @@ pub enum BenchError {
     Runtime(#[from] std::io::Error),
     #[error("invalid arguments: {0}")]
     Usage(String),
+    #[error("latency histogram: {0}")]
+    Histogram(#[from] hdrhistogram::CreationError),
+    #[error("merging latency histograms: {0}")]
+    HistogramMerge(#[from] hdrhistogram::AdditionError),
+    #[error("a benchmark task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    #[error("page: {0}")]
+    Page(#[from] strata_segments::PageError),
+    #[error("JSON output: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(
+        "this strata binary has no SlateDB baseline; build it with \
+         `cargo build --release -p strata-server --features slatedb-baseline`"
+    )]
+    BaselineNotBuilt,
+    #[cfg(feature = "slatedb-baseline")]
+    #[error("slatedb: {0}")]
+    SlateDb(#[from] ::slatedb::Error),
+    #[error("read-back check failed: {0}")]
+    Verify(String),
 }
 
 #[derive(Subcommand)]
@@ -41,6 +68,9 @@ pub enum BenchCommand {
     Catchup(tiers::CatchupBench),
     /// Re-open a shard with many streams and WAL objects since its last seal.
     Reopen(tiers::ReopenBench),
+    /// Strata against a SlateDB build of the same log, in one process over the
+    /// same emulated store (needs `--features slatedb-baseline`).
+    Compare(compare::CompareBench),
 }
 
 #[derive(Args, Debug)]
@@ -104,6 +134,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
     match command {
         BenchCommand::Catchup(args) => tiers::catchup(&args),
         BenchCommand::Reopen(args) => tiers::reopen(&args),
+        BenchCommand::Compare(args) => compare::compare(&args),
         BenchCommand::Pages(args) => {
             let report = pages_bench(&args)?;
             if args.json {
@@ -187,20 +218,253 @@ impl EngineReport {
 
 /// Peak resident set size of this process (VmHWM), in bytes.
 pub fn peak_rss_bytes() -> u64 {
+    proc_status_bytes("VmHWM:")
+}
+
+/// A `kB` field of `/proc/self/status` (`VmRSS:`, `VmHWM:`), in bytes (0 if absent).
+pub(crate) fn proc_status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
 }
 
+/// A store that counts the requests reaching it, behind an emulated latency
+/// (counted requests are the ones the engine made, whatever their wait).
+pub(crate) struct CountedStore {
+    pub store: Arc<dyn ObjectStore>,
+    pub counts: Arc<RequestCounts>,
+}
+
+impl CountedStore {
+    pub fn new(base: Arc<dyn ObjectStore>, latency: Latency) -> Self {
+        let counting = Arc::new(Layered::new(base, RequestCounts::default()));
+        let counts = counting.layer().clone();
+        CountedStore {
+            store: with_latency(counting, latency),
+            counts,
+        }
+    }
+}
+
+/// The key every benchmark stream is encrypted under.
+pub(crate) fn bench_cipher() -> Arc<StreamCipher> {
+    Arc::new(StreamCipher::new(
+        StreamEpoch([1; 16]),
+        StreamKey::from_bytes([2; 32]),
+    ))
+}
+
+/// `count` stream references whose ids end in `salt`.
+pub(crate) fn bench_streams(count: usize, salt: [u8; 8]) -> Vec<StreamRef> {
+    (0..count)
+        .map(|i| {
+            let mut id = [0u8; 16];
+            id[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            id[8..].copy_from_slice(&salt);
+            StreamRef { id, incarnation: 1 }
+        })
+        .collect()
+}
+
+/// One shard with benchmark streams on it.
+pub(crate) struct BenchShard {
+    pub shard: Shard,
+    pub streams: Vec<StreamRef>,
+    pub cipher: Arc<StreamCipher>,
+}
+
+impl BenchShard {
+    /// Opens (or re-opens, as a new owner) the shard `name` over `store`,
+    /// creating the streams when `create` is set.
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        config: ShardConfig,
+        streams: Vec<StreamRef>,
+        create: bool,
+    ) -> Result<Self, BenchError> {
+        let mut instance = [0u8; 16];
+        OsEntropy.fill(&mut instance);
+        let name = ShardName::new("bench").map_err(|e| BenchError::Usage(e.to_string()))?;
+        let shard = Shard::open(
+            EngineEnv::production(store),
+            name,
+            InstanceId(instance),
+            config,
+        )
+        .await?;
+        let cipher = bench_cipher();
+        if create {
+            let creates = streams.iter().map(|s| shard.create_stream(*s, &cipher));
+            for created in futures::future::join_all(creates).await {
+                created?;
+            }
+        }
+        Ok(BenchShard {
+            shard,
+            streams,
+            cipher,
+        })
+    }
+
+    /// Appends `records` to stream number `stream` (modulo the stream count).
+    pub async fn append(
+        &self,
+        stream: usize,
+        records: Vec<Bytes>,
+    ) -> Result<AppendAck, EngineError> {
+        let stream = self.streams[stream % self.streams.len()];
+        let request = AppendRequest::new(stream, self.cipher.clone(), records);
+        self.shard.append(request).await
+    }
+}
+
+/// What one append of a closed-loop appender came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AppendOutcome {
+    Acked,
+    /// Refused for back-pressure; the appender yields and tries again.
+    Overloaded,
+    Failed,
+}
+
+impl AppendOutcome {
+    pub fn of_engine<T>(result: &Result<T, EngineError>) -> Self {
+        match result {
+            Ok(_) => AppendOutcome::Acked,
+            Err(EngineError::Overloaded) => AppendOutcome::Overloaded,
+            Err(_) => AppendOutcome::Failed,
+        }
+    }
+}
+
+/// The timing of a closed-loop run: an unmeasured warm-up, then the window.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoadWindow {
+    pub warmup: Duration,
+    pub measured: Duration,
+}
+
+/// What a closed-loop run measured.
+pub(crate) struct LoadResult {
+    /// Acknowledgement latency, in microseconds, of the appends sent in the window.
+    pub latency_us: Histogram<u64>,
+    pub errors: u64,
+    pub measured_s: f64,
+    /// Store requests made during the window.
+    pub requests: RequestTotals,
+}
+
+impl LoadResult {
+    pub fn appends(&self) -> u64 {
+        self.latency_us.len()
+    }
+
+    pub fn appends_per_sec(&self) -> f64 {
+        self.appends() as f64 / self.measured_s
+    }
+
+    pub fn latency_ms_at(&self, quantile: f64) -> f64 {
+        self.latency_us.value_at_quantile(quantile) as f64 / 1000.0
+    }
+
+    pub fn latency_ms_max(&self) -> f64 {
+        self.latency_us.max() as f64 / 1000.0
+    }
+}
+
+/// Ack latencies in microseconds, up to a minute.
+const LATENCY_US_MAX: u64 = 60_000_000;
+
+fn latency_histogram() -> Result<Histogram<u64>, BenchError> {
+    Ok(Histogram::new_with_bounds(1, LATENCY_US_MAX, 3)?)
+}
+
 struct AppenderResult {
-    histogram: Histogram<u64>,
+    latency_us: Histogram<u64>,
     errors: u64,
+}
+
+/// Closed-loop load: `appenders` tasks, each awaiting `append(appender)`
+/// before it sends the next one. Appends sent during the warm-up are not
+/// measured; store requests are counted over the measured window.
+pub(crate) async fn closed_loop<F, Fut>(
+    appenders: usize,
+    window: LoadWindow,
+    counts: &RequestCounts,
+    append: F,
+) -> Result<LoadResult, BenchError>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = AppendOutcome> + Send + 'static,
+{
+    let start = Instant::now();
+    let measure_from = start + window.warmup;
+    let stop_at = measure_from + window.measured;
+    let mut tasks = Vec::with_capacity(appenders);
+    for appender in 0..appenders {
+        let append = append.clone();
+        let mut result = AppenderResult {
+            latency_us: latency_histogram()?,
+            errors: 0,
+        };
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let sent = Instant::now();
+                if sent >= stop_at {
+                    break;
+                }
+                let outcome = append(appender).await;
+                if outcome == AppendOutcome::Overloaded {
+                    tokio::task::yield_now().await;
+                }
+                if sent < measure_from {
+                    continue;
+                }
+                match outcome {
+                    AppendOutcome::Acked => {
+                        let micros = sent.elapsed().as_micros() as u64;
+                        let _ = result.latency_us.record(micros.clamp(1, LATENCY_US_MAX));
+                    }
+                    AppendOutcome::Overloaded | AppendOutcome::Failed => result.errors += 1,
+                }
+            }
+            result
+        }));
+    }
+    tokio::time::sleep_until(measure_from.into()).await;
+    let before = counts.snapshot();
+    let mut latency_us = latency_histogram()?;
+    let mut errors = 0;
+    for task in tasks {
+        let result = task.await?;
+        latency_us.add(&result.latency_us)?;
+        errors += result.errors;
+    }
+    let after = counts.snapshot();
+    Ok(LoadResult {
+        latency_us,
+        errors,
+        measured_s: window.measured.as_secs_f64(),
+        requests: totals_between(before, after),
+    })
+}
+
+/// Requests made between two snapshots.
+pub(crate) fn totals_between(before: RequestTotals, after: RequestTotals) -> RequestTotals {
+    RequestTotals {
+        puts: after.puts - before.puts,
+        gets: after.gets - before.gets,
+        heads: after.heads - before.heads,
+        lists: after.lists - before.lists,
+        deletes: after.deletes - before.deletes,
+        copies: after.copies - before.copies,
+    }
 }
 
 async fn engine_bench(args: &EngineBench) -> Result<EngineReport, BenchError> {
@@ -209,11 +473,8 @@ async fn engine_bench(args: &EngineBench) -> Result<EngineReport, BenchError> {
             "appenders and duration must be positive".into(),
         ));
     }
-    let base = open_store(&args.store, &StoreOptions::default())?;
-    let counting = Arc::new(Layered::new(base, RequestCounts::default()));
-    let counts = counting.layer().clone();
-    let store = strata_engine::store::with_latency(
-        counting,
+    let counted = CountedStore::new(
+        open_store(&args.store, &StoreOptions::default())?,
         Latency {
             put: Duration::from_millis(args.put_latency_ms),
             get: Duration::from_millis(args.get_latency_ms),
@@ -225,109 +486,48 @@ async fn engine_bench(args: &EngineBench) -> Result<EngineReport, BenchError> {
         min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
         ..ShardConfig::default()
     };
-    let mut instance = [0u8; 16];
-    OsEntropy.fill(&mut instance);
-    let shard = Shard::open(
-        EngineEnv::production(store),
-        ShardName::new("bench").expect("valid"),
-        InstanceId(instance),
-        config,
-    )
-    .await?;
+    let mut salt = [0u8; 8];
+    OsEntropy.fill(&mut salt);
     let stream_count = args.streams.unwrap_or(args.appenders.min(1024)).max(1);
-    let streams: Vec<StreamRef> = (0..stream_count)
-        .map(|i| {
-            let mut id = [0u8; 16];
-            id[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            id[8..].copy_from_slice(&instance[..8]);
-            StreamRef { id, incarnation: 1 }
-        })
-        .collect();
-    let cipher = Arc::new(StreamCipher::new(
-        StreamEpoch([1; 16]),
-        StreamKey::from_bytes([2; 32]),
-    ));
-    let creates = streams.iter().map(|s| shard.create_stream(*s, &cipher));
-    for created in futures::future::join_all(creates).await {
-        created?;
-    }
-    let cipher = Arc::new(StreamCipher::new(
-        StreamEpoch([1; 16]),
-        StreamKey::from_bytes([2; 32]),
-    ));
+    let bench = Arc::new(
+        BenchShard::open(
+            counted.store.clone(),
+            config,
+            bench_streams(stream_count, salt),
+            true,
+        )
+        .await?,
+    );
     let payload = Bytes::from(vec![b'x'; args.record_bytes]);
-
-    let start = Instant::now();
-    let measure_from = start + Duration::from_secs(args.warmup_s);
-    let stop_at = measure_from + Duration::from_secs(args.duration_s);
-    let mut tasks = Vec::with_capacity(args.appenders);
-    for i in 0..args.appenders {
-        let shard = shard.clone();
-        let stream = streams[i % streams.len()];
-        let cipher = cipher.clone();
-        let payload = payload.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut result = AppenderResult {
-                histogram: Histogram::new_with_bounds(1, 60_000_000, 3).expect("bounds"),
-                errors: 0,
-            };
-            loop {
-                let sent = Instant::now();
-                if sent >= stop_at {
-                    break;
-                }
-                let request = AppendRequest::new(stream, cipher.clone(), vec![payload.clone()]);
-                let outcome = shard.append(request).await;
-                if sent < measure_from {
-                    continue;
-                }
-                match outcome {
-                    Ok(_) => {
-                        let micros = sent.elapsed().as_micros() as u64;
-                        let _ = result.histogram.record(micros.max(1));
-                    }
-                    Err(EngineError::Overloaded) => {
-                        result.errors += 1;
-                        tokio::task::yield_now().await;
-                    }
-                    Err(_) => result.errors += 1,
-                }
-            }
-            result
-        }));
-    }
-    // Count store requests over the measured window only.
-    tokio::time::sleep_until(measure_from.into()).await;
-    let before = counts.snapshot();
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-    let mut errors = 0;
-    for task in tasks {
-        let result = task.await.map_err(|e| BenchError::Usage(e.to_string()))?;
-        histogram.add(&result.histogram).expect("same bounds");
-        errors += result.errors;
-    }
-    let after = counts.snapshot();
-    shard.shutdown().await;
-    let elapsed = stop_at
-        .saturating_duration_since(measure_from)
-        .as_secs_f64();
-    let appends = histogram.len();
-    let puts = after.puts - before.puts;
+    let window = LoadWindow {
+        warmup: Duration::from_secs(args.warmup_s),
+        measured: Duration::from_secs(args.duration_s),
+    };
+    let driver = bench.clone();
+    let load = closed_loop(args.appenders, window, &counted.counts, move |appender| {
+        let bench = driver.clone();
+        let records = vec![payload.clone()];
+        async move { AppendOutcome::of_engine(&bench.append(appender, records).await) }
+    })
+    .await?;
+    bench.shard.shutdown().await;
+    let appends = load.appends();
+    let puts = load.requests.puts;
     Ok(EngineReport {
         appenders: args.appenders,
         streams: stream_count,
         record_bytes: args.record_bytes,
         put_latency_ms: args.put_latency_ms,
         pipeline_depth: args.pipeline_depth,
-        duration_s: elapsed,
+        duration_s: load.measured_s,
         appends,
-        errors,
-        appends_per_sec: appends as f64 / elapsed,
-        p50_ms: histogram.value_at_quantile(0.50) as f64 / 1000.0,
-        p99_ms: histogram.value_at_quantile(0.99) as f64 / 1000.0,
-        max_ms: histogram.max() as f64 / 1000.0,
+        errors: load.errors,
+        appends_per_sec: load.appends_per_sec(),
+        p50_ms: load.latency_ms_at(0.50),
+        p99_ms: load.latency_ms_at(0.99),
+        max_ms: load.latency_ms_max(),
         puts,
-        gets: after.gets - before.gets,
+        gets: load.requests.gets,
         records_per_put: if puts == 0 {
             0.0
         } else {
