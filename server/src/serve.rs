@@ -88,6 +88,10 @@ pub struct ServeArgs {
     /// WAL PUTs in flight per shard.
     #[arg(long, default_value_t = ShardConfig::default().pipeline_depth)]
     pub pipeline_depth: usize,
+    /// Behind a WAL PUT in flight, start another only once this many bytes
+    /// are staged (smaller batches wait and ship together).
+    #[arg(long, default_value_t = ShardConfig::default().pipeline_min_bytes)]
+    pub pipeline_min_bytes: usize,
     /// Minimum gap between WAL flushes of a shard, in milliseconds (cost control).
     #[arg(long, default_value_t = 0)]
     pub min_flush_gap_ms: u64,
@@ -252,6 +256,7 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         ingest_queue_capacity: args.ingest_queue_capacity,
         max_pending_bytes: args.max_pending_bytes,
         pipeline_depth: args.pipeline_depth,
+        pipeline_min_bytes: args.pipeline_min_bytes,
         min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
         max_append_bytes: args.max_body_bytes.max(args.max_record_bytes),
         seal_bytes: args.sealing.seal_bytes,

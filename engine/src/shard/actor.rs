@@ -606,7 +606,19 @@ impl Actor {
             && !self.fenced
             && !self.batches.is_empty()
             && self.inflight.len() < self.ctx.config.pipeline_depth.max(1)
+            && self.worth_pipelining()
             && self.gap_deadline().is_none()
+    }
+
+    /// With nothing in flight, any staged batch goes; behind a PUT in
+    /// flight, only a full one or a large one (see `pipeline_min_bytes`).
+    fn worth_pipelining(&self) -> bool {
+        self.inflight.is_empty()
+            || self.batches.len() > 1
+            || self
+                .batches
+                .front()
+                .is_some_and(|b| b.bytes >= self.ctx.config.pipeline_min_bytes)
     }
 
     fn flush_ready(&mut self) {

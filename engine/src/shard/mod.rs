@@ -69,6 +69,11 @@ pub struct ShardConfig {
     pub ingest_queue_capacity: usize,
     /// WAL PUTs in flight at once.
     pub pipeline_depth: usize,
+    /// While a WAL PUT is in flight, another starts only once this many page
+    /// bytes are staged (or a second object's worth is waiting): small batches
+    /// wait for the PUT ahead, so each object carries more appends, and large
+    /// ones are not held back.
+    pub pipeline_min_bytes: usize,
     /// Minimum time between the starts of two WAL PUTs.
     pub min_flush_gap: Duration,
     /// A WAL object is cut at this many page bytes (one request is never split).
@@ -108,6 +113,7 @@ impl Default for ShardConfig {
         ShardConfig {
             ingest_queue_capacity: 16_384,
             pipeline_depth: 4,
+            pipeline_min_bytes: 16 << 10,
             min_flush_gap: Duration::ZERO,
             max_object_bytes: 16 << 20,
             max_pending_bytes: 128 << 20,
