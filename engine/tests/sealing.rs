@@ -409,7 +409,10 @@ async fn the_chunk_cache_serves_repeated_reads_without_gets() {
     // Written to disk off the runtime: it lands shortly after.
     let mut waited_ms = 0;
     while cache.used_bytes() == 0 {
-        assert!(waited_ms < 10_000, "the chunks were never written to the cache");
+        assert!(
+            waited_ms < 10_000,
+            "the chunks were never written to the cache"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
         waited_ms += 10;
     }
