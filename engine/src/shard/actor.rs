@@ -147,6 +147,19 @@ struct Batch {
     bytes: usize,
 }
 
+/// After a PUT's acknowledgements go out, the appenders they woke usually
+/// append again at once: a small batch waits (at most `HERD_WAIT`) for as many
+/// replies as that PUT acknowledged, so they share one object instead of
+/// splitting over several.
+#[derive(Debug, Clone, Copy)]
+struct Herd {
+    replies: usize,
+    until: Instant,
+}
+
+/// Longest a small batch waits for the appenders a PUT just acknowledged.
+const HERD_WAIT: Duration = Duration::from_millis(1);
+
 struct InFlight {
     issue: u64,
     slot: u64,
@@ -182,6 +195,8 @@ pub(crate) struct Actor {
     chain_end: u64,
     occupied: BTreeSet<u64>,
     last_flush_start: Option<Instant>,
+    /// The appenders a PUT just acknowledged, expected back soon.
+    herd: Option<Herd>,
     pending_bytes: usize,
     failed_issue: Option<u64>,
     fenced: bool,
@@ -222,6 +237,7 @@ impl Actor {
             chain_end: strata_wal::NO_SLOT,
             occupied: BTreeSet::new(),
             last_flush_start: None,
+            herd: None,
             pending_bytes: 0,
             failed_issue: None,
             fenced: false,
@@ -588,7 +604,20 @@ impl Actor {
 
     // --------------------------------------------------------------- flush pump
 
+    /// When a small batch stops waiting for the herd (`None`: not waiting).
+    fn herd_deadline(&self) -> Option<Instant> {
+        let herd = self.herd?;
+        let batch = self.batches.front()?;
+        let gathered = self.batches.len() > 1
+            || batch.replies.len() >= herd.replies
+            || batch.bytes >= self.ctx.config.pipeline_min_bytes;
+        (!gathered && herd.until > Instant::now()).then_some(herd.until)
+    }
+
     fn gap_deadline(&self) -> Option<Instant> {
+        if let Some(herd) = self.herd_deadline() {
+            return Some(herd);
+        }
         let gap = self.ctx.config.min_flush_gap;
         if gap.is_zero()
             || self.failed_issue.is_some()
@@ -766,9 +795,14 @@ impl Actor {
             if let Some(object) = &done.object {
                 self.publish(object);
             }
+            let replies = done.replies.len();
             for reply in done.replies {
                 reply.send();
             }
+            self.herd = Some(Herd {
+                replies,
+                until: Instant::now() + HERD_WAIT,
+            });
         }
     }
 
