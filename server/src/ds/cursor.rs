@@ -14,7 +14,8 @@ const JUMP_INTERVALS_MAX: u64 = 180;
 pub fn next_cursor(now_ms: u64, client: Option<u64>, random: u64) -> u64 {
     let current = now_ms.saturating_sub(CURSOR_EPOCH_MS) / INTERVAL_MS;
     match client {
-        Some(c) if c >= current => c + 1 + random % JUMP_INTERVALS_MAX,
+        // A client may echo any u64: saturate rather than overflow.
+        Some(c) if c >= current => c.saturating_add(1 + random % JUMP_INTERVALS_MAX),
         _ => current,
     }
 }
@@ -31,6 +32,21 @@ mod tests {
         for random in [0, 1, 179, 180, u64::MAX] {
             assert!(next_cursor(now, Some(45), random) > 45);
             assert!(next_cursor(now, Some(500), random) > 500);
+        }
+    }
+
+    /// Found by the `cursor` fuzz target (input `now_ms`
+    /// 18446490194385901834, `client` u64::MAX, `random` 0): `cursor=` is any
+    /// u64 a client sends, and `u64::MAX` overflowed the jump (a panic in
+    /// debug builds, a wrap to a cursor far in the past in release builds).
+    #[test]
+    fn a_cursor_at_the_end_of_u64_saturates() {
+        let now = 18_446_490_194_385_901_834;
+        for random in [0, 1, 179, u64::MAX] {
+            assert_eq!(next_cursor(now, Some(u64::MAX), random), u64::MAX);
+            assert_eq!(next_cursor(now, Some(u64::MAX - 1), random), u64::MAX);
+            let near = u64::MAX - 200;
+            assert!(next_cursor(now, Some(near), random) > near);
         }
     }
 }

@@ -217,8 +217,8 @@ fn preflight() -> Response<Body> {
     response
 }
 
-fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
-    if state.config.auth_tokens.is_empty() {
+fn authorized(auth_tokens: &[String], headers: &HeaderMap) -> bool {
+    if auth_tokens.is_empty() {
         return true;
     }
     let Some(token) = headers
@@ -229,7 +229,7 @@ fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
         return false;
     };
     // Compare against every token, in constant time each.
-    state.config.auth_tokens.iter().fold(false, |found, t| {
+    auth_tokens.iter().fold(false, |found, t| {
         found | bool::from(t.as_bytes().ct_eq(token.as_bytes()))
     })
 }
@@ -264,15 +264,45 @@ pub async fn handle(
     Ok(response)
 }
 
-async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
-    if request.method() == Method::OPTIONS {
-        return Ok(preflight());
+/// What the request parser needs of the server's settings.
+#[derive(Clone, Copy)]
+pub struct ParseConfig<'a> {
+    /// Bearer tokens that may use the API (empty: no authentication).
+    pub auth_tokens: &'a [String],
+    /// The key used for raw-route requests that carry none.
+    pub dev_default_key: Option<&'a StreamKey>,
+}
+
+/// What a request asks for, before its body is read.
+#[derive(Debug)]
+pub enum Command {
+    /// `OPTIONS` on any path: the CORS preflight.
+    Preflight,
+    /// `/healthz`.
+    Health,
+    /// The reserved `__ds` API.
+    Subscriptions(subscriptions::SubRoute),
+    /// `/v1/stream/{name}`.
+    Stream { name: String, op: raw::StreamOp },
+}
+
+/// Maps a request's method, path, query and headers to the command it asks
+/// for, or to the error it is answered with. Pure (no I/O, no state): the
+/// handler runs it first, and the fuzz targets run it alone.
+pub fn parse_request(
+    config: ParseConfig<'_>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Command, ApiError> {
+    if method == Method::OPTIONS {
+        return Ok(Command::Preflight);
     }
-    let path = request.uri().path().to_string();
     if path == "/healthz" {
-        return Ok(Response::new(full("ok\n")));
+        return Ok(Command::Health);
     }
-    if !authorized(&state, request.headers()) {
+    if !authorized(config.auth_tokens, headers) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -282,15 +312,35 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
     }
     if let Some(rest) = path.strip_prefix(raw::PREFIX) {
         if let Some(api) = rest.strip_prefix("__ds/") {
-            let api = api.to_string();
-            return subscriptions::handle(state, request, &api).await;
+            return subscriptions::parse_route(method, api).map(Command::Subscriptions);
         }
         let name = raw::stream_name(rest)?;
-        return raw::handle(state, request, name).await;
+        let op = raw::parse_stream_op(method, headers, query, config.dev_default_key)?;
+        return Ok(Command::Stream { name, op });
     }
     Err(ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
         "no such route",
     ))
+}
+
+async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
+    let config = ParseConfig {
+        auth_tokens: &state.config.auth_tokens,
+        dev_default_key: state.config.dev_default_key.as_ref(),
+    };
+    let command = parse_request(
+        config,
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+        request.headers(),
+    )?;
+    match command {
+        Command::Preflight => Ok(preflight()),
+        Command::Health => Ok(Response::new(full("ok\n"))),
+        Command::Subscriptions(sub_route) => subscriptions::handle(state, request, sub_route).await,
+        Command::Stream { name, op } => raw::handle(state, request, name, op).await,
+    }
 }

@@ -25,6 +25,83 @@ use crate::streams::{
     DEFAULT_PROJECT,
 };
 
+/// What a request to `/v1/stream/{name}` asks for, as its method, headers and
+/// query give it (the body is read later, by the handler). Parsing is pure, so
+/// the fuzz targets run exactly the code the server runs.
+#[derive(Debug)]
+pub enum StreamOp {
+    Create(CreateRequest),
+    Append(AppendRequest),
+    Read(ReadRequest),
+    Head,
+    Delete,
+}
+
+/// A create (`PUT`), from its headers.
+#[derive(Debug)]
+pub struct CreateRequest {
+    pub key: StreamKey,
+    pub content_type: Option<String>,
+    pub expiry: Expiry,
+    pub closed: bool,
+    pub fork: Option<ForkSpec>,
+    /// The `Host` the `Location` of a created stream names.
+    pub host: String,
+}
+
+/// An append (`POST`), from its headers.
+#[derive(Debug)]
+pub struct AppendRequest {
+    pub key: StreamKey,
+    pub close: bool,
+    pub stream_seq: Option<Bytes>,
+    pub content_type: Option<String>,
+    /// `Producer-Id`, `Producer-Epoch` and `Producer-Seq`, validated.
+    pub producer: Option<ProducerHeaders>,
+}
+
+/// An idempotent producer's headers (its claim also needs the body's digest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerHeaders {
+    pub id: String,
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+/// A read (`GET`). A missing or deleted stream answers as such before the
+/// query and the key are judged, so both are kept as results.
+#[derive(Debug)]
+pub struct ReadRequest {
+    pub query: Result<ReadQuery, ApiError>,
+    pub key: Result<StreamKey, ApiError>,
+}
+
+/// Parses the method, headers and query of a request to a stream.
+/// `dev_default_key` is the key used when the request carries none.
+pub fn parse_stream_op(
+    method: &Method,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    dev_default_key: Option<&StreamKey>,
+) -> Result<StreamOp, ApiError> {
+    match *method {
+        Method::PUT => parse_create(headers, dev_default_key).map(StreamOp::Create),
+        Method::POST => parse_append(headers, dev_default_key).map(StreamOp::Append),
+        Method::GET => Ok(StreamOp::Read(ReadRequest {
+            query: read_query(query),
+            key: stream_key(dev_default_key, headers),
+        })),
+        Method::HEAD => Ok(StreamOp::Head),
+        Method::DELETE => Ok(StreamOp::Delete),
+        _ => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "use GET, HEAD, PUT, POST, DELETE or OPTIONS",
+        )
+        .header("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS")),
+    }
+}
+
 pub const PREFIX: &str = "/v1/stream/";
 /// Longest stream name, in bytes.
 pub const MAX_NAME_BYTES: usize = 1024;
@@ -123,11 +200,14 @@ fn canonical_integer(text: &str) -> Option<u64> {
     }
 }
 
-fn stream_key(state: &AppState, headers: &HeaderMap) -> Result<StreamKey, ApiError> {
+fn stream_key(
+    dev_default_key: Option<&StreamKey>,
+    headers: &HeaderMap,
+) -> Result<StreamKey, ApiError> {
     match header(headers, "stream-encryption-key")? {
         Some(text) => StreamKey::parse(text)
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_key", e.to_string())),
-        None => state.config.dev_default_key.clone().ok_or_else(|| {
+        None => dev_default_key.cloned().ok_or_else(|| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "missing_key",
@@ -149,22 +229,25 @@ fn with_status(status: StatusCode, body: Body) -> Response<Body> {
     response
 }
 
-pub async fn handle(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
-    match *request.method() {
-        Method::PUT => create(state, request, name).await,
-        Method::POST => append(state, request, name).await,
-        Method::GET => read(state, request, name).await,
-        Method::HEAD => head(state, name).await,
-        Method::DELETE => {
+pub async fn handle(
+    state: Arc<AppState>,
+    request: Request<Incoming>,
+    name: String,
+    op: StreamOp,
+) -> ApiResult {
+    match op {
+        StreamOp::Create(create_request) => {
+            create(state, request.into_body(), name, create_request).await
+        }
+        StreamOp::Append(append_request) => {
+            append(state, request.into_body(), name, append_request).await
+        }
+        StreamOp::Read(read_request) => read(state, request, name, read_request).await,
+        StreamOp::Head => head(state, name).await,
+        StreamOp::Delete => {
             state.streams.delete(DEFAULT_PROJECT, &name).await?;
             Ok(with_status(StatusCode::NO_CONTENT, empty()))
         }
-        _ => Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "use GET, HEAD, PUT, POST, DELETE or OPTIONS",
-        )
-        .header("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS")),
     }
 }
 
@@ -180,10 +263,11 @@ fn content_type(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         .map(str::to_string))
 }
 
-async fn create(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
-    let (parts, body) = request.into_parts();
-    let headers = &parts.headers;
-    let key = stream_key(&state, headers)?;
+fn parse_create(
+    headers: &HeaderMap,
+    dev_default_key: Option<&StreamKey>,
+) -> Result<CreateRequest, ApiError> {
+    let key = stream_key(dev_default_key, headers)?;
     let ttl_seconds = match header(headers, "stream-ttl")? {
         Some(text) => Some(canonical_integer(text.trim()).ok_or_else(|| {
             ApiError::bad_request("Stream-TTL must be a whole number of seconds")
@@ -235,20 +319,44 @@ async fn create(state: Arc<AppState>, request: Request<Incoming>, name: String) 
     }
     let content_type = content_type(headers)?;
     let host = header(headers, "host")?.unwrap_or("localhost").to_string();
-    let body = read_body(body, state.config.max_body_bytes).await?;
-    let spec = CreateSpec {
+    Ok(CreateRequest {
+        key,
         content_type,
         expiry: Expiry {
             ttl_seconds,
             expires_at,
         },
         closed: is_true(headers, "stream-closed"),
-        body,
         fork: fork_source.map(|source| ForkSpec {
             source,
             offset: fork_offset,
             sub_offset: sub_offset.unwrap_or(0),
         }),
+        host,
+    })
+}
+
+async fn create(
+    state: Arc<AppState>,
+    body: Incoming,
+    name: String,
+    request: CreateRequest,
+) -> ApiResult {
+    let body = read_body(body, state.config.max_body_bytes).await?;
+    let CreateRequest {
+        key,
+        content_type,
+        expiry,
+        closed,
+        fork,
+        host,
+    } = request;
+    let spec = CreateSpec {
+        content_type,
+        expiry,
+        closed,
+        body,
+        fork,
     };
     let outcome = state
         .streams
@@ -280,7 +388,7 @@ async fn create(state: Arc<AppState>, request: Request<Incoming>, name: String) 
     Ok(response)
 }
 
-fn producer_claim(headers: &HeaderMap, body: &[u8]) -> Result<Option<ProducerClaim>, ApiError> {
+fn producer_headers(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
     let id = header(headers, "producer-id")?;
     let epoch = header(headers, "producer-epoch")?;
     let seq = header(headers, "producer-seq")?;
@@ -308,18 +416,17 @@ fn producer_claim(headers: &HeaderMap, body: &[u8]) -> Result<Option<ProducerCla
             .filter(|n| *n <= MAX_SAFE_INTEGER && text.trim().bytes().all(|b| b.is_ascii_digit()))
             .ok_or_else(|| ApiError::bad_request(format!("{what} must be a non-negative integer")))
     };
-    let digest = Sha256::digest(body);
-    Ok(Some(ProducerClaim {
+    Ok(Some(ProducerHeaders {
         id: id.to_string(),
         epoch: number(epoch, "Producer-Epoch")?,
         seq: number(seq, "Producer-Seq")?,
-        digest: digest[..16].try_into().expect("16 bytes"),
     }))
 }
 
-async fn append(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
-    let (parts, body) = request.into_parts();
-    let headers = &parts.headers;
+fn parse_append(
+    headers: &HeaderMap,
+    dev_default_key: Option<&StreamKey>,
+) -> Result<AppendRequest, ApiError> {
     let close = is_true(headers, "stream-closed");
     let stream_seq = header(headers, "stream-seq")?.map(|s| Bytes::copy_from_slice(s.as_bytes()));
     if stream_seq.as_ref().is_some_and(|s| s.len() > 256) {
@@ -327,31 +434,63 @@ async fn append(state: Arc<AppState>, request: Request<Incoming>, name: String) 
     }
     let content_type = header(headers, "content-type")?.map(str::to_string);
     // Producer headers are validated before the body is even read.
-    producer_claim(headers, b"")?;
-    let key = stream_key(&state, headers)?;
-    let body = read_body(body, state.config.max_body_bytes).await?;
-    if body.is_empty() && !close {
-        return Err(ApiError::bad_request(
-            "an append needs a body (an empty body only with Stream-Closed: true)",
-        ));
-    }
-    if !body.is_empty() && content_type.is_none() {
-        return Err(ApiError::bad_request(
-            "an append with a body needs Content-Type",
-        ));
-    }
-    let producer = producer_claim(headers, &body)?;
-    let has_body = !body.is_empty();
-    let spec = AppendSpec {
-        content_type,
-        body,
-        producer: producer.clone(),
-        stream_seq,
+    let producer = producer_headers(headers)?;
+    let key = stream_key(dev_default_key, headers)?;
+    Ok(AppendRequest {
+        key,
         close,
-    };
+        stream_seq,
+        content_type,
+        producer,
+    })
+}
+
+impl AppendRequest {
+    /// The append with its body: the checks that need the body, and the
+    /// producer's claim with the body's digest.
+    pub fn spec(&self, body: Bytes) -> Result<AppendSpec, ApiError> {
+        if body.is_empty() && !self.close {
+            return Err(ApiError::bad_request(
+                "an append needs a body (an empty body only with Stream-Closed: true)",
+            ));
+        }
+        if !body.is_empty() && self.content_type.is_none() {
+            return Err(ApiError::bad_request(
+                "an append with a body needs Content-Type",
+            ));
+        }
+        let producer = self.producer.as_ref().map(|p| {
+            let digest = Sha256::digest(&body);
+            ProducerClaim {
+                id: p.id.clone(),
+                epoch: p.epoch,
+                seq: p.seq,
+                digest: digest[..16].try_into().expect("16 bytes"),
+            }
+        });
+        Ok(AppendSpec {
+            content_type: self.content_type.clone(),
+            body,
+            producer,
+            stream_seq: self.stream_seq.clone(),
+            close: self.close,
+        })
+    }
+}
+
+async fn append(
+    state: Arc<AppState>,
+    body: Incoming,
+    name: String,
+    request: AppendRequest,
+) -> ApiResult {
+    let body = read_body(body, state.config.max_body_bytes).await?;
+    let spec = request.spec(body)?;
+    let producer = spec.producer.clone();
+    let has_body = !spec.body.is_empty();
     let outcome = state
         .streams
-        .append(DEFAULT_PROJECT, &name, spec, &key)
+        .append(DEFAULT_PROJECT, &name, spec, &request.key)
         .await?;
     let status = match (&outcome.result, &producer) {
         (AppendResult::Appended, Some(_)) if has_body => StatusCode::OK,
@@ -409,10 +548,13 @@ pub enum Live {
     Sse,
 }
 
-struct ReadQuery {
-    offset: Option<OffsetParam>,
-    live: Option<Live>,
-    cursor: Option<u64>,
+/// The query of a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadQuery {
+    pub offset: Option<OffsetParam>,
+    pub live: Option<Live>,
+    /// The client's `cursor=` (ignored when not a number).
+    pub cursor: Option<u64>,
 }
 
 fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
@@ -528,11 +670,16 @@ fn etag(outcome: &ReadOutcome) -> String {
     )
 }
 
-async fn read(state: Arc<AppState>, request: Request<Incoming>, name: String) -> ApiResult {
+async fn read(
+    state: Arc<AppState>,
+    request: Request<Incoming>,
+    name: String,
+    read_request: ReadRequest,
+) -> ApiResult {
     // A missing or deleted stream answers as such before the query is judged.
     let meta = state.streams.head(DEFAULT_PROJECT, &name).await?;
-    let query = read_query(request.uri().query())?;
-    let key = stream_key(&state, request.headers())?;
+    let query = read_request.query?;
+    let key = read_request.key?;
     match query.live {
         Some(Live::Sse) => {
             let offset = query.offset.unwrap_or(OffsetParam::Start);

@@ -50,34 +50,92 @@ fn bearer(request: &Request<Incoming>) -> Option<String> {
         .map(str::to_string)
 }
 
-pub async fn handle(state: Arc<AppState>, request: Request<Incoming>, api: &str) -> ApiResult {
-    let subs = state.subscriptions.clone();
-    let method = request.method().clone();
+/// A route of the `__ds` API (`api` is the path after `/v1/stream/__ds/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubRoute {
+    /// `GET jwks.json`.
+    Jwks,
+    /// Not under `subscriptions/`.
+    NotFound,
+    /// `subscriptions/{id}[/…]`.
+    Subscription { id: String, action: SubAction },
+}
+
+/// What a request does to one subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubAction {
+    Put,
+    Get,
+    Delete,
+    AddStreams,
+    /// `DELETE …/streams/{path}`, the path decoded.
+    RemoveStream(String),
+    /// `POST …/callback` or `POST …/ack`.
+    Acknowledge,
+    Claim,
+    Release,
+    /// No such route (answered once the body is read).
+    Unknown,
+}
+
+/// Parses the method and path of a `__ds` request (pure).
+pub fn parse_route(method: &Method, api: &str) -> Result<SubRoute, ApiError> {
     if api == "jwks.json" && method == Method::GET {
-        let mut response = json_response(StatusCode::OK, &subs.jwks());
-        response.headers_mut().insert(
-            "content-type",
-            HeaderValue::from_static("application/jwk-set+json"),
-        );
-        response.headers_mut().insert(
-            "cache-control",
-            HeaderValue::from_static("public, max-age=300"),
-        );
-        return Ok(response);
+        return Ok(SubRoute::Jwks);
     }
     let Some(rest) = api.strip_prefix("subscriptions/") else {
-        return Ok(sub_error(SubError {
-            status: 404,
-            code: "NOT_FOUND",
-            message: "no such route".into(),
-            extra: Vec::new(),
-        }));
+        return Ok(SubRoute::NotFound);
     };
     let (id_raw, tail) = match rest.split_once('/') {
         Some((id, tail)) => (id, Some(tail)),
         None => (rest, None),
     };
     let id = decode(id_raw)?;
+    let action = match (method.clone(), tail) {
+        (Method::PUT, None) => SubAction::Put,
+        (Method::GET, None) => SubAction::Get,
+        (Method::DELETE, None) => SubAction::Delete,
+        (Method::POST, Some("streams")) => SubAction::AddStreams,
+        (Method::DELETE, Some(path)) if path.starts_with("streams/") => {
+            SubAction::RemoveStream(decode(&path["streams/".len()..])?)
+        }
+        (Method::POST, Some("callback")) | (Method::POST, Some("ack")) => SubAction::Acknowledge,
+        (Method::POST, Some("claim")) => SubAction::Claim,
+        (Method::POST, Some("release")) => SubAction::Release,
+        _ => SubAction::Unknown,
+    };
+    Ok(SubRoute::Subscription { id, action })
+}
+
+pub async fn handle(
+    state: Arc<AppState>,
+    request: Request<Incoming>,
+    route: SubRoute,
+) -> ApiResult {
+    let subs = state.subscriptions.clone();
+    let (id, action) = match route {
+        SubRoute::Jwks => {
+            let mut response = json_response(StatusCode::OK, &subs.jwks());
+            response.headers_mut().insert(
+                "content-type",
+                HeaderValue::from_static("application/jwk-set+json"),
+            );
+            response.headers_mut().insert(
+                "cache-control",
+                HeaderValue::from_static("public, max-age=300"),
+            );
+            return Ok(response);
+        }
+        SubRoute::NotFound => {
+            return Ok(sub_error(SubError {
+                status: 404,
+                code: "NOT_FOUND",
+                message: "no such route".into(),
+                extra: Vec::new(),
+            }))
+        }
+        SubRoute::Subscription { id, action } => (id, action),
+    };
     let host = request
         .headers()
         .get("host")
@@ -92,8 +150,8 @@ pub async fn handle(state: Arc<AppState>, request: Request<Incoming>, api: &str)
         .and_then(|k| strata_segments::StreamKey::parse(k).ok())
         .or_else(|| state.config.dev_default_key.clone());
     let body = read_body(request.into_body(), SUB_BODY_BYTES_MAX).await?;
-    let result: Result<Response<Body>, SubError> = match (method, tail) {
-        (Method::PUT, None) => subs
+    let result: Result<Response<Body>, SubError> = match action {
+        SubAction::Put => subs
             .put(&id, &body, &format!("http://{host}"), key)
             .await
             .map(|(created, value)| {
@@ -104,29 +162,26 @@ pub async fn handle(state: Arc<AppState>, request: Request<Incoming>, api: &str)
                 };
                 json_response(status, &value)
             }),
-        (Method::GET, None) => subs
+        SubAction::Get => subs
             .get(&id)
             .await
             .map(|v| json_response(StatusCode::OK, &v)),
-        (Method::DELETE, None) => subs.delete(&id).await.map(|_| no_content()),
-        (Method::POST, Some("streams")) => subs.add_streams(&id, &body).await.map(|_| no_content()),
-        (Method::DELETE, Some(path)) if path.starts_with("streams/") => {
-            let path = decode(&path["streams/".len()..])?;
-            subs.remove_stream(&id, &path).await.map(|_| no_content())
-        }
-        (Method::POST, Some("callback")) | (Method::POST, Some("ack")) => subs
+        SubAction::Delete => subs.delete(&id).await.map(|_| no_content()),
+        SubAction::AddStreams => subs.add_streams(&id, &body).await.map(|_| no_content()),
+        SubAction::RemoveStream(path) => subs.remove_stream(&id, &path).await.map(|_| no_content()),
+        SubAction::Acknowledge => subs
             .acknowledge(&id, token.as_deref(), &body)
             .await
             .map(|v| json_response(StatusCode::OK, &v)),
-        (Method::POST, Some("claim")) => subs
+        SubAction::Claim => subs
             .claim(&id, &body)
             .await
             .map(|v| json_response(StatusCode::OK, &v)),
-        (Method::POST, Some("release")) => subs
+        SubAction::Release => subs
             .release(&id, token.as_deref(), &body)
             .await
             .map(|_| no_content()),
-        _ => Err(SubError {
+        SubAction::Unknown => Err(SubError {
             status: 404,
             code: "NOT_FOUND",
             message: "no such route".into(),
