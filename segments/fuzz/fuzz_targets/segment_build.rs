@@ -36,6 +36,10 @@ struct ChunkSpec {
     incarnation: u64,
     first_offset: u32,
     pages: Vec<PageSpec>,
+    /// The pages are repeated `1 + copies % 8` times, each copy with routing
+    /// keys of its own and no large pages: more than 32 keys (a bloom
+    /// summary) from a short input.
+    copies: u8,
     /// `(page, offsets)`: skip `1 + offsets` offsets before that page (not
     /// the first), which breaks the tiling.
     gap: Option<(u8, u8)>,
@@ -43,7 +47,7 @@ struct ChunkSpec {
 
 #[derive(Arbitrary, Debug)]
 struct PageSpec {
-    /// Routing key `k<key>` (many distinct keys are cheap to reach).
+    /// Routing key `k<key>-<copy>`.
     key: u16,
     records: u8,
     payload: Vec<u8>,
@@ -59,7 +63,9 @@ fuzz_target!(|input: Input| {
     for (c, spec) in input.chunks.into_iter().take(4).enumerate() {
         let mut offset = u64::from(spec.first_offset);
         let mut pages = Vec::new();
-        for (p, page) in spec.pages.into_iter().take(80).enumerate() {
+        let copies = 1 + spec.copies as usize % 8;
+        let specs = (0..copies).flat_map(|copy| spec.pages.iter().map(move |page| (copy, page)));
+        for (p, (copy, page)) in specs.take(80).enumerate() {
             if let Some((at, skip)) = spec.gap {
                 if p > 0 && p == at as usize {
                     tiles = false;
@@ -67,15 +73,15 @@ fuzz_target!(|input: Input| {
                 }
             }
             // A page of several records holds at most 64 KiB of body.
-            let records = if page.big >= 250 {
+            let records = if page.big >= 250 && copy == 0 {
                 let len = (page.big as usize - 249) << 16;
                 vec![Bytes::from(noise(len, (c * 100 + p) as u64))]
             } else {
-                vec![Bytes::from(page.payload); 1 + page.records as usize % 8]
+                vec![Bytes::copy_from_slice(&page.payload); 1 + page.records as usize % 8]
             };
             let mut body = prepare_body(&records, 7).expect("records fit a page");
             body.append_start = page.append_start;
-            let key = format!("k{}", page.key);
+            let key = format!("k{}-{copy}", page.key);
             let sealed = seal_page(cipher(), &body, offset, 0, key.as_bytes(), [p as u8; 12])
                 .expect("seals");
             offset += records.len() as u64;
