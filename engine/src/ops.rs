@@ -33,8 +33,12 @@ use crate::env::EngineEnv;
 use crate::error::EngineError;
 use crate::ids::{hex, ShardName};
 use crate::layout::{parse_shard_folder, shards_root, ImmutableKind, ObjectId, ShardLayout};
-use crate::shard::sealed::{decode_sealed, SealedChunk};
-use crate::shard::{inspect_log, DurableStream, ShardConfig, StreamStatus};
+use crate::shard::sealed::{apply_run, decode_sealed, SealedChunk};
+use crate::shard::tiers::check as check_chunk;
+use crate::shard::{
+    inspect_log, inspect_log_at, inspect_log_from, DurableStream, ShardConfig, StreamStatus,
+    StreamTable,
+};
 
 /// Objects fetched at once by a verification.
 const FETCHES_PARALLEL: usize = 16;
@@ -399,6 +403,10 @@ pub async fn verify(
 
     // Index runs: each must exist and decode; collect their chunk references.
     let mut referenced: Vec<(String, SealedChunk)> = Vec::new();
+    // The sealed state the runs give, applied in the manifest's order (as an
+    // opener would), so the walk below need not fetch them again; `None` once
+    // a run is missing or damaged.
+    let mut sealed_state = Some(StreamTable::default());
     if let Some(m) = &manifest {
         let runs: Vec<Path> = m
             .index_runs
@@ -418,6 +426,7 @@ pub async fn verify(
             let bytes = match got? {
                 Some(b) => b,
                 None => {
+                    sealed_state = None;
                     findings.push(finding(
                         FindingKind::IndexRunMissing,
                         &path,
@@ -429,10 +438,17 @@ pub async fn verify(
             let run = match strata_manifest::index_run::decode(&bytes) {
                 Ok(run) => run,
                 Err(e) => {
+                    sealed_state = None;
                     findings.push(finding(FindingKind::IndexRunCorrupt, &path, e.to_string()));
                     continue;
                 }
             };
+            if let Some(table) = sealed_state.as_mut() {
+                if let Err(why) = apply_run(table, &run) {
+                    sealed_state = None;
+                    findings.push(finding(FindingKind::IndexRunCorrupt, &path, why));
+                }
+            }
             for entry in &run.entries {
                 for chunk in &entry.chunks {
                     match decode_sealed(chunk) {
@@ -455,7 +471,7 @@ pub async fn verify(
         let mut loads = futures::stream::iter(ids)
             .map(|id| {
                 let path = layout.segment(id);
-                async move { (id, path.clone(), segment_table(store, &path).await) }
+                async move { (id, path.clone(), segment_table(store, &path, None).await) }
             })
             .buffer_unordered(FETCHES_PARALLEL);
         while let Some((id, path, table)) = loads.next().await {
@@ -558,8 +574,15 @@ pub async fn verify(
     drop(gets);
 
     // The streams an opener would recover, tier by tier.
-    if findings.is_empty() || manifest.is_some() {
-        match inspect_log(env.clone(), shard.clone(), ShardConfig::default()).await {
+    if let Some(m) = &manifest {
+        let config = ShardConfig::default();
+        let view = match sealed_state {
+            Some(table) => {
+                inspect_log_from(env.clone(), shard.clone(), config, m.clone(), table).await
+            }
+            None => inspect_log_at(env.clone(), shard.clone(), config, Some(m.clone())).await,
+        };
+        match view {
             Ok(view) => {
                 counts.streams = view.streams.streams.len();
                 let mut ids: Vec<&[u8; 16]> = view.streams.streams.keys().collect();
@@ -700,18 +723,8 @@ async fn deep_check(
             }
             Err(e) => return Err(EngineError::store(&e)),
         };
-        let problem = match decode_chunk(&bytes) {
-            Err(e) => Some(e.to_string()),
-            Ok(chunk) => {
-                let r = &sealed.chunk;
-                (chunk.stream_id != r.stream_id
-                    || chunk.incarnation != r.incarnation
-                    || chunk.first_offset != r.first_offset
-                    || chunk.first_offset + chunk.record_count != r.end_offset)
-                    .then(|| "the chunk is not the one the index describes".to_string())
-            }
-        };
-        if let Some(detail) = problem {
+        // The same validation a read applies.
+        if let Err(detail) = check_chunk(&sealed, decode_chunk(&bytes)) {
             findings.push(Finding {
                 kind: FindingKind::ChunkCorrupt,
                 object,
@@ -771,29 +784,35 @@ async fn stranded_records(
 }
 
 /// What a segment's trailer and table say.
-enum SegmentTable {
+pub(crate) enum SegmentTable {
     Missing,
     Corrupt(String),
     Table(Vec<ChunkRef>),
 }
 
-async fn segment_table(
+/// Reads a segment's trailer and table (two ranged GETs, after a HEAD unless
+/// the caller knows the object's size from a listing).
+pub(crate) async fn segment_table(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
+    known_size: Option<u64>,
 ) -> Result<SegmentTable, EngineError> {
-    let meta = match store.head(path).await {
-        Ok(m) => m,
-        Err(object_store::Error::NotFound { .. }) => return Ok(SegmentTable::Missing),
-        Err(e) => return Err(EngineError::store(&e)),
+    let size = match known_size {
+        Some(size) => size,
+        None => match store.head(path).await {
+            Ok(m) => m.size,
+            Err(object_store::Error::NotFound { .. }) => return Ok(SegmentTable::Missing),
+            Err(e) => return Err(EngineError::store(&e)),
+        },
     };
-    if meta.size < TRAILER_BYTES as u64 {
+    if size < TRAILER_BYTES as u64 {
         return Ok(SegmentTable::Corrupt(format!(
             "{} bytes: shorter than a trailer",
-            meta.size
+            size
         )));
     }
     let trailer_bytes = store
-        .get_range(path, meta.size - TRAILER_BYTES as u64..meta.size)
+        .get_range(path, size - TRAILER_BYTES as u64..size)
         .await
         .map_err(|e| EngineError::store(&e))?;
     let trailer = match decode_trailer(&trailer_bytes) {
@@ -801,10 +820,10 @@ async fn segment_table(
         Err(e) => return Ok(SegmentTable::Corrupt(e.to_string())),
     };
     let table_end = trailer.table_position.saturating_add(trailer.table_length);
-    if table_end > meta.size - TRAILER_BYTES as u64 {
+    if table_end > size - TRAILER_BYTES as u64 {
         return Ok(SegmentTable::Corrupt(format!(
             "the trailer places the table at {}..{table_end}, past the object's {} bytes",
-            trailer.table_position, meta.size
+            trailer.table_position, size
         )));
     }
     let table_bytes = store

@@ -31,19 +31,16 @@ use strata_manifest::index_run::IndexRun;
 use strata_manifest::{
     add_window, IndexRunRef, Manifest, ReplayPoint, SegmentRef, SlotRange, WriterIdentity,
 };
-use strata_segments::segment::{decode_table, decode_trailer, TRAILER_BYTES};
 
 use crate::env::EngineEnv;
 use crate::error::EngineError;
-use crate::ids::StreamRef;
 use crate::ids::{hex, InstanceId, ShardName};
 use crate::layout::{ImmutableKind, ObjectId, ShardLayout};
-use crate::ops::{FindingKind, RecordRange};
+use crate::ops::{segment_table, FindingKind, RecordRange, SegmentTable};
 use crate::shard::io::put_immutable;
-use crate::shard::sealed::{decode_sealed, run_entry, tail_from_record};
+use crate::shard::sealed::{apply_run, run_entry};
 use crate::shard::{
-    history, inspect_log_at, inspect_log_from, DurableStream, LogView, Shard, ShardConfig,
-    StreamStatus, StreamTable,
+    history, inspect_log_at, inspect_log_from, LogView, Shard, ShardConfig, StreamTable,
 };
 
 /// How a repair may proceed.
@@ -148,6 +145,46 @@ async fn load_current(
     }))
 }
 
+/// What the store holds now, read once per repair: the manifest object, what
+/// an opener recovers from it (`None` when it does not decode), and the end
+/// offset of every stream incarnation's data that is physically present
+/// (every segment's table, and the current state).
+struct Evidence {
+    current: Option<CurrentManifest>,
+    current_view: Option<Result<LogView, EngineError>>,
+    physical: BTreeMap<Incarnation, u64>,
+}
+
+async fn gather(env: &EngineEnv, layout: &ShardLayout) -> Result<Evidence, EngineError> {
+    let store = &env.store;
+    let current = load_current(store, layout).await?;
+    let current_view = match current.as_ref().and_then(|c| c.value.clone()) {
+        Some(m) => Some(
+            inspect_log_at(
+                env.clone(),
+                layout.shard().clone(),
+                ShardConfig::default(),
+                Some(m),
+            )
+            .await,
+        ),
+        None => None,
+    };
+    let mut physical = physical_offsets(store, layout).await?;
+    if let Some(Ok(view)) = &current_view {
+        for s in view.streams.streams.values() {
+            let key = (s.tail.stream.id, s.tail.stream.incarnation);
+            let end = physical.entry(key).or_insert(0);
+            *end = (*end).max(s.tail.next_offset);
+        }
+    }
+    Ok(Evidence {
+        current,
+        current_view,
+        physical,
+    })
+}
+
 /// Retained versions, newest first.
 async fn retained_versions(
     store: &Arc<dyn ObjectStore>,
@@ -202,7 +239,17 @@ pub async fn rollback(
         lost_records: 0,
         new_run: None,
     };
-    restore(env, &layout, candidate, Vec::new(), instance, options).await
+    let evidence = gather(env, &layout).await?;
+    restore(
+        env,
+        &layout,
+        candidate,
+        Vec::new(),
+        evidence,
+        instance,
+        options,
+    )
+    .await
 }
 
 /// Recovers a shard whose manifest is missing or damaged, or whose manifest
@@ -218,19 +265,12 @@ pub async fn recover(
     let store = &env.store;
     let layout = ShardLayout::new(shard.clone());
     let unrecoverable = unrecoverable_records(env, shard).await?;
-    let current = load_current(store, &layout).await?;
+    let evidence = gather(env, &layout).await?;
     let mut damaged: Vec<Path> = Vec::new();
-    match current.as_ref().and_then(|c| c.value.as_ref()) {
+    match evidence.current.as_ref().and_then(|c| c.value.as_ref()) {
         Some(m) => {
-            let opens = inspect_log_at(
-                env.clone(),
-                shard.clone(),
-                ShardConfig::default(),
-                Some(m.clone()),
-            )
-            .await;
             let segments = missing_segments(store, &layout, m).await?;
-            if let (Ok(view), None) = (&opens, &segments) {
+            if let (Some(Ok(view)), None) = (&evidence.current_view, &segments) {
                 if unrecoverable.is_empty() {
                     return Err(RepairError::Healthy);
                 }
@@ -252,12 +292,12 @@ pub async fn recover(
             damaged.extend(damaged_runs(store, &layout, m).await?);
         }
         None => {
-            if current.is_some() {
+            if evidence.current.is_some() {
                 damaged.push(layout.manifest());
             }
         }
     }
-    let physical = physical_offsets(store, &layout).await?;
+    let physical = &evidence.physical;
     let mut best: Option<Candidate> = None;
     let mut reasons = Vec::new();
     for version in retained_versions(store, &layout).await? {
@@ -291,7 +331,7 @@ pub async fn recover(
                 continue;
             }
         };
-        let lost: u64 = lost_ranges(&view.streams, &physical)
+        let lost: u64 = lost_ranges(&view.streams, physical)
             .iter()
             .map(|l| l.to - l.from)
             .sum();
@@ -314,7 +354,7 @@ pub async fn recover(
     if best.as_ref().is_none_or(|b| b.lost_records > 0) {
         match rebuilt_candidate(env, &layout, &mut damaged).await? {
             Ok(mut rebuilt) => {
-                rebuilt.lost_records = lost_ranges(&rebuilt.view.streams, &physical)
+                rebuilt.lost_records = lost_ranges(&rebuilt.view.streams, physical)
                     .iter()
                     .map(|l| l.to - l.from)
                     .sum();
@@ -333,7 +373,7 @@ pub async fn recover(
             reason: reasons.join("; "),
         });
     };
-    let mut report = restore(env, &layout, best, damaged, instance, options).await?;
+    let mut report = restore(env, &layout, best, damaged, evidence, instance, options).await?;
     report.unrecoverable = unrecoverable;
     Ok(report)
 }
@@ -430,7 +470,7 @@ async fn rebuilt_candidate(
                 continue;
             }
         };
-        if apply_newer_run(&mut table, &run).is_ok() {
+        if apply_run(&mut table, &run).is_ok() {
             newest = Some((id, run.chain_end));
         }
     }
@@ -533,56 +573,6 @@ async fn rebuilt_candidate(
     }))
 }
 
-/// Applies a run newer than every run applied before, for a rebuild: its
-/// tail replaces the stream's, and its chunks replace the stream's chunks
-/// from their first offset on (a full run lists them all; an incremental one
-/// continues them; a newer owner's run wins over an older one's).
-fn apply_newer_run(table: &mut StreamTable, run: &IndexRun) -> Result<(), String> {
-    for entry in &run.entries {
-        let chunks = entry
-            .chunks
-            .iter()
-            .map(decode_sealed)
-            .collect::<Result<Vec<_>, _>>()?;
-        let stream = StreamRef {
-            id: entry.stream_id,
-            incarnation: entry.incarnation,
-        };
-        let tail = tail_from_record(stream, &entry.tail);
-        match table.streams.get_mut(&entry.stream_id) {
-            Some(existing) if existing.tail.stream.incarnation > entry.incarnation => {}
-            Some(existing) if existing.tail.stream.incarnation == entry.incarnation => {
-                if let Some(first) = chunks.first() {
-                    existing
-                        .sealed
-                        .retain(|c| c.end_offset() <= first.first_offset());
-                    if existing
-                        .sealed
-                        .last()
-                        .is_some_and(|c| c.end_offset() != first.first_offset())
-                    {
-                        return Err("chunks that do not continue the stream".into());
-                    }
-                }
-                existing.sealed.extend(chunks);
-                existing.tail = tail;
-                if existing.tail.status == StreamStatus::Deleted {
-                    existing.sealed.clear();
-                }
-            }
-            _ => {
-                let deleted = tail.status == StreamStatus::Deleted;
-                let mut fresh = DurableStream::empty(tail);
-                if !deleted {
-                    fresh.sealed = chunks;
-                }
-                table.streams.insert(entry.stream_id, fresh);
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Writes `target` as the shard's next manifest (after the checks and the
 /// quarantine), then opens and closes the shard as a new owner.
 async fn restore(
@@ -590,9 +580,13 @@ async fn restore(
     layout: &ShardLayout,
     candidate: Candidate,
     damaged: Vec<Path>,
+    evidence: Evidence,
     instance: InstanceId,
     options: RepairOptions,
 ) -> Result<RepairReport, RepairError> {
+    let Evidence {
+        current, physical, ..
+    } = evidence;
     let Candidate {
         source,
         manifest: target,
@@ -601,24 +595,6 @@ async fn restore(
         ..
     } = candidate;
     let store = &env.store;
-    let current = load_current(store, layout).await?;
-    let mut physical = physical_offsets(store, layout).await?;
-    if let Some(m) = current.as_ref().and_then(|c| c.value.as_ref()) {
-        if let Ok(now) = inspect_log_at(
-            env.clone(),
-            layout.shard().clone(),
-            ShardConfig::default(),
-            Some(m.clone()),
-        )
-        .await
-        {
-            for s in now.streams.streams.values() {
-                let key = (s.tail.stream.id, s.tail.stream.incarnation);
-                let end = physical.entry(key).or_insert(0);
-                *end = (*end).max(s.tail.next_offset);
-            }
-        }
-    }
     let lost = lost_ranges(&view.streams, &physical);
     let mut report = RepairReport {
         shard: layout.shard().as_str().to_string(),
@@ -800,27 +776,16 @@ async fn physical_offsets(
         if layout
             .parse_object_id(&meta.location, ImmutableKind::Segment)
             .is_none()
-            || meta.size < TRAILER_BYTES as u64
         {
             continue;
         }
-        let Ok(trailer) = store
-            .get_range(&meta.location, meta.size - TRAILER_BYTES as u64..meta.size)
-            .await
+        // A damaged segment's records are not counted: nothing can recover them.
+        let SegmentTable::Table(refs) =
+            segment_table(store, &meta.location, Some(meta.size)).await?
         else {
             continue;
         };
-        let Ok(t) = decode_trailer(&trailer) else {
-            continue;
-        };
-        let end = t.table_position.saturating_add(t.table_length);
-        if end > meta.size {
-            continue;
-        }
-        let Ok(table) = store.get_range(&meta.location, t.table_position..end).await else {
-            continue;
-        };
-        for chunk in decode_table(&table).unwrap_or_default() {
+        for chunk in refs {
             let e = out.entry((chunk.stream_id, chunk.incarnation)).or_insert(0);
             *e = (*e).max(chunk.end_offset);
         }

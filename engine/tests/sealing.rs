@@ -406,16 +406,9 @@ async fn the_chunk_cache_serves_repeated_reads_without_gets() {
         after_first,
         "warm reads make no GET"
     );
-    // Written to disk off the runtime: it lands shortly after.
-    let mut waited_ms = 0;
-    while cache.used_bytes() == 0 {
-        assert!(
-            waited_ms < 10_000,
-            "the chunks were never written to the cache"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        waited_ms += 10;
-    }
+    // Written to disk off the runtime: once every fetch has settled.
+    cache.settled().await;
+    assert!(cache.used_bytes() > 0);
 }
 
 /// One consumer catching up chunk by chunk: each read starts fetches of the
@@ -463,13 +456,14 @@ async fn a_catch_up_read_fetches_the_next_chunks_ahead_once_each() {
         .await
         .unwrap();
     assert!(first.next_offset > 0);
-    // The next chunks arrive without another read.
-    let mut waited_ms = 0;
-    while counts.snapshot().gets - gets_at_open < 3 {
-        assert!(waited_ms < 10_000, "no chunk was fetched ahead");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        waited_ms += 10;
-    }
+    // The next chunks arrive without another read: the one read above plus
+    // READ_AHEAD_CHUNKS (4) fetched ahead of it.
+    cache.settled().await;
+    assert_eq!(
+        counts.snapshot().gets - gets_at_open,
+        5,
+        "no chunk was fetched ahead"
+    );
     let records = read_all(&reader, &s, 0, one_chunk, None).await.unwrap();
     assert_eq!(records.len(), CHUNKS * 50);
     assert_eq!(

@@ -198,6 +198,20 @@ fn flip_byte(file: &Path, at: usize) {
     std::fs::write(file, bytes).unwrap();
 }
 
+/// `recover` refuses (exit 3) and lists exactly stream 1's offsets
+/// `from..to` as unrecoverable.
+fn assert_recover_names_only_stream_1_records(dir: &Path, from: u64, to: u64) {
+    let (code, repaired) = repair(&["recover", "s0", "--force"], dir);
+    assert_eq!(code, EXIT_DAMAGED, "{repaired}");
+    let lost = repaired["unrecoverable"].as_array().unwrap();
+    assert_eq!(lost.len(), 1, "{repaired}");
+    assert_eq!(lost[0]["stream_id"], "01".repeat(16));
+    assert_eq!(
+        (lost[0]["from"].as_u64(), lost[0]["to"].as_u64()),
+        (Some(from), Some(to))
+    );
+}
+
 #[tokio::test]
 async fn a_healthy_shard_lists_inspects_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
@@ -286,15 +300,7 @@ async fn a_corrupt_chunk_is_found_by_a_deep_verify() {
         .unwrap()
         .contains(name));
     // No repair brings those records back: recover says exactly which.
-    let (code, repaired) = repair(&["recover", "s0", "--force"], dir.path());
-    assert_eq!(code, EXIT_DAMAGED, "{repaired}");
-    let lost = repaired["unrecoverable"].as_array().unwrap();
-    assert_eq!(lost.len(), 1, "{repaired}");
-    assert_eq!(lost[0]["stream_id"], "01".repeat(16));
-    assert_eq!(
-        (lost[0]["from"].as_u64(), lost[0]["to"].as_u64()),
-        (Some(0), Some(10))
-    );
+    assert_recover_names_only_stream_1_records(dir.path(), 0, 10);
 }
 
 #[tokio::test]
@@ -319,15 +325,7 @@ async fn a_wal_object_deleted_in_the_middle_is_a_gap() {
         "{report}"
     );
     // The missing record and the four after it cannot be reached.
-    let (code, repaired) = repair(&["recover", "s0", "--force"], dir.path());
-    assert_eq!(code, EXIT_DAMAGED, "{repaired}");
-    let lost = repaired["unrecoverable"].as_array().unwrap();
-    assert_eq!(lost.len(), 1, "{repaired}");
-    assert_eq!(lost[0]["stream_id"], "01".repeat(16));
-    assert_eq!(
-        (lost[0]["from"].as_u64(), lost[0]["to"].as_u64()),
-        (Some(40), Some(45))
-    );
+    assert_recover_names_only_stream_1_records(dir.path(), 40, 45);
 }
 
 #[tokio::test]

@@ -35,7 +35,7 @@ pub mod recovery;
 mod seal;
 pub mod sealed;
 pub mod state;
-mod tiers;
+pub(crate) mod tiers;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -398,24 +398,7 @@ pub async fn inspect_log_from(
     manifest: Manifest,
     sealed: StreamTable,
 ) -> Result<LogView, EngineError> {
-    let layout = ShardLayout::new(shard);
-    let manifest_cas =
-        CasObject::<ManifestCodec>::new(env.store.clone(), layout.manifest(), config.store_retry);
-    let ctx = ShardCtx {
-        env,
-        layout,
-        instance: InstanceId([0; 16]),
-        config,
-        manifest: manifest_cas,
-    };
-    let (walker, end, _) = walk_from(&ctx, Some(&manifest), sealed, None).await?;
-    Ok(LogView {
-        manifest: Some(manifest),
-        streams: walker.table,
-        end_slot: end,
-        objects_applied: walker.applied,
-        stale_objects_skipped: walker.skipped,
-    })
+    inspect_read_only(env, shard, config, Some(manifest), Some(sealed)).await
 }
 
 /// What an owner opening the shard from `manifest` (instead of the one in
@@ -425,6 +408,17 @@ pub async fn inspect_log_at(
     shard: ShardName,
     config: ShardConfig,
     manifest: Option<Manifest>,
+) -> Result<LogView, EngineError> {
+    inspect_read_only(env, shard, config, manifest, None).await
+}
+
+/// A walk by no owner: loads `manifest`'s runs unless `sealed` is given.
+async fn inspect_read_only(
+    env: EngineEnv,
+    shard: ShardName,
+    config: ShardConfig,
+    manifest: Option<Manifest>,
+    sealed: Option<StreamTable>,
 ) -> Result<LogView, EngineError> {
     let layout = ShardLayout::new(shard);
     let manifest_cas =
@@ -436,7 +430,10 @@ pub async fn inspect_log_at(
         config,
         manifest: manifest_cas,
     };
-    let (walker, end, _) = walk(&ctx, manifest.as_ref(), None).await?;
+    let (walker, end, _) = match sealed {
+        Some(table) => walk_from(&ctx, manifest.as_ref(), table, None).await?,
+        None => walk(&ctx, manifest.as_ref(), None).await?,
+    };
     Ok(LogView {
         manifest,
         streams: walker.table,

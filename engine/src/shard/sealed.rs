@@ -129,7 +129,12 @@ pub fn run_entry(tail: &Tail, chunks: &[SealedChunk]) -> RunEntry {
     }
 }
 
-/// Applies one run (newer than everything applied before) to a table.
+/// Applies one run (newer than everything applied before) to a table: its
+/// tail replaces the stream's, and its chunks replace the stream's chunks
+/// from their first offset on. A full run lists them all (replacing
+/// everything), an incremental one continues them; when runs that no
+/// manifest lists are applied too (an operator's rebuild), a newer owner's
+/// run wins over an older one's. Chunks that would leave a gap are refused.
 pub fn apply_run(table: &mut StreamTable, run: &IndexRun) -> Result<(), String> {
     for entry in &run.entries {
         let stream = StreamRef {
@@ -143,14 +148,26 @@ pub fn apply_run(table: &mut StreamTable, run: &IndexRun) -> Result<(), String> 
             .collect::<Result<Vec<_>, _>>()?;
         let tail = tail_from_record(stream, &entry.tail);
         match table.streams.get_mut(&entry.stream_id) {
+            Some(existing) if existing.tail.stream.incarnation > entry.incarnation => {}
             Some(existing) if existing.tail.stream.incarnation == entry.incarnation => {
+                if let Some(first) = chunks.first() {
+                    existing
+                        .sealed
+                        .retain(|c| c.end_offset() <= first.first_offset());
+                    if existing
+                        .sealed
+                        .last()
+                        .is_some_and(|c| c.end_offset() != first.first_offset())
+                    {
+                        return Err("chunks that do not continue the stream".into());
+                    }
+                }
                 existing.tail = tail;
                 existing.sealed.extend(chunks);
                 if existing.tail.status == StreamStatus::Deleted {
                     existing.sealed.clear();
                 }
             }
-            Some(existing) if existing.tail.stream.incarnation > entry.incarnation => {}
             _ => {
                 let deleted = tail.status == StreamStatus::Deleted;
                 let mut fresh = DurableStream::empty(tail);

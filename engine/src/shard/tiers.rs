@@ -62,6 +62,8 @@ pub struct ChunkCache {
     state: Mutex<CacheState>,
     in_flight: Mutex<HashMap<String, ChunkFetch>>,
     read_ahead_bytes: AtomicU64,
+    /// Woken whenever a fetch leaves `in_flight`.
+    fetch_settled: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for ChunkCache {
@@ -86,6 +88,7 @@ impl ChunkCache {
             state: Mutex::new(CacheState::default()),
             in_flight: Mutex::new(HashMap::new()),
             read_ahead_bytes: AtomicU64::new(0),
+            fetch_settled: tokio::sync::Notify::new(),
         })
     }
 
@@ -169,6 +172,20 @@ impl ChunkCache {
         }
         for victim in evict {
             let _ = std::fs::remove_file(self.file(&victim));
+        }
+    }
+
+    /// Returns once no fetch is in flight: every chunk fetched so far (by a
+    /// reader or ahead of one) is in the cache, or failed.
+    pub async fn settled(&self) {
+        loop {
+            let notified = self.fetch_settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.in_flight.lock().is_empty() {
+                return;
+            }
+            notified.await;
         }
     }
 
@@ -262,6 +279,7 @@ fn shared_fetch(
             move || {
                 owner.in_flight.lock().remove(&key);
                 owner.read_ahead_bytes.fetch_sub(budget, Ordering::Relaxed);
+                owner.fetch_settled.notify_waiters();
             }
         };
         match &fetched {
@@ -304,7 +322,7 @@ pub(crate) fn read_ahead(ctx: &Arc<ShardCtx>, ahead: Vec<SealedChunk>) {
 }
 
 /// A chunk is only used if it decodes and is the one the index describes.
-fn check(
+pub(crate) fn check(
     sealed: &SealedChunk,
     decoded: Result<Chunk, strata_segments::segment::SegmentError>,
 ) -> Result<Chunk, String> {
