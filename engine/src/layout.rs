@@ -9,6 +9,7 @@
 //! shards/<shard>/index/<id:020>                  index runs (create-only, immutable)
 //! registry/<project>/streams/<name-hash>.json    stream descriptors (CAS)
 //! registry/<project>/subscriptions/<id-hash>.json  subscriptions (CAS)
+//! registry/<project>/catalog/<bucket:02>.json    catalog buckets (CAS)
 //! server/webhook-signing-key.json                the server's Ed25519 signing key
 //! ```
 
@@ -33,6 +34,21 @@ pub fn stream_descriptor(project: &str, name: &str) -> Path {
         "registry/{project}/streams/{}.json",
         name_hash("stream", name)
     ))
+}
+
+/// Which catalog bucket of `buckets` lists stream `name`.
+pub fn catalog_bucket_of(name: &str, buckets: u16) -> u16 {
+    let mut h = Sha256::new();
+    h.update(b"catalog\0");
+    h.update(name.as_bytes());
+    let digest = h.finalize();
+    (u16::from_le_bytes([digest[0], digest[1]])) % buckets.max(1)
+}
+
+/// Catalog bucket `bucket` of `project`: the names (and creation facts) of
+/// the live streams whose name hashes to it.
+pub fn catalog_bucket(project: &str, bucket: u16) -> Path {
+    Path::from(format!("registry/{project}/catalog/{bucket:02}.json"))
 }
 
 /// The record of subscription `id` in `project`.

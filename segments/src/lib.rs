@@ -23,8 +23,8 @@ pub mod segment;
 mod varint;
 
 pub use keys::{
-    KeyError, PageCipher, StreamCipher, StreamEpoch, StreamKey, KEY_FINGERPRINT_BYTES,
-    STREAM_EPOCH_BYTES, STREAM_KEY_BYTES,
+    derive_subkey, KeyError, PageCipher, StreamCipher, StreamEpoch, StreamKey,
+    KEY_FINGERPRINT_BYTES, STREAM_EPOCH_BYTES, STREAM_KEY_BYTES,
 };
 pub use page::{
     open_page, parse_header, plan_pages, prepare_body, seal_page, OpenedPage, PageError,

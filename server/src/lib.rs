@@ -3,13 +3,16 @@
 //! else lives here so fuzz targets and tests can reach the parsers.
 
 pub mod bench;
+pub mod catalog;
 pub mod ds;
 pub mod http;
 pub mod keys;
 pub mod ops;
+pub mod product;
 pub mod reaper;
 pub mod registry;
 pub mod serve;
 pub mod streams;
 pub mod subscriptions;
+pub mod tenancy;
 pub mod topology;

@@ -76,6 +76,9 @@ pub struct Descriptor {
     pub fork: Option<ForkOrigin>,
     /// Forks that read through this stream.
     pub fork_refs: u64,
+    /// Watch definitions of a product collection (sorted by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watches: Vec<crate::product::config::WatchDef>,
     pub state: StreamState,
     /// Random per write (the CAS write token).
     pub write_token: String,
@@ -339,6 +342,11 @@ impl Registry {
         Ok(out)
     }
 
+    /// The store and retry policy the registry writes with.
+    pub fn store(&self) -> (Arc<dyn ObjectStore>, RetryPolicy) {
+        (self.store.clone(), self.retry)
+    }
+
     /// When this process started (the earliest last access it assumes).
     pub fn started_ms(&self) -> u64 {
         self.started_ms
@@ -391,6 +399,7 @@ mod tests {
             created_closed: false,
             fork: None,
             fork_refs: 0,
+            watches: Vec::new(),
             state: StreamState::Live,
             write_token: format!("{incarnation:032x}"),
         }

@@ -17,6 +17,8 @@ use hyper_util::rt::TokioIo;
 use strata_engine::shard::ChunkCache;
 use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, ShardName, SystemClock};
+
+use crate::tenancy::Tenancy;
 use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
@@ -51,9 +53,16 @@ pub struct ServeArgs {
     /// Object store: a directory, file:///dir, memory:// or s3://bucket/prefix.
     #[arg(long, default_value = "./strata-data")]
     pub store: String,
-    /// Bearer token allowed to use the API (repeatable; none: no authentication).
+    /// Bearer token of project `default` (repeatable). With no token of any
+    /// kind configured, requests need none and all use project `default`.
     #[arg(long = "auth-token", env = "STRATA_AUTH_TOKEN")]
     pub auth_tokens: Vec<String>,
+    /// `PROJECT:TOKEN`: a bearer token and the project it acts in (repeatable).
+    #[arg(long = "project-token")]
+    pub project_tokens: Vec<String>,
+    /// A file of `PROJECT TOKEN` lines (`#` starts a comment).
+    #[arg(long, env = "STRATA_TOKENS_FILE")]
+    pub tokens_file: Option<std::path::PathBuf>,
     /// Longest a long-poll (and an idle SSE interval) waits, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     pub long_poll_timeout_ms: u64,
@@ -214,6 +223,28 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
     runtime.block_on(serve(args))
 }
 
+/// The tokens of `--auth-token`, `--project-token` and `--tokens-file`.
+fn tenancy(args: &ServeArgs) -> Result<Tenancy, ServeError> {
+    let mut tenancy = Tenancy::open();
+    let usage = |e: crate::tenancy::TenancyError| ServeError::Usage(e.to_string());
+    for token in &args.auth_tokens {
+        tenancy
+            .add(crate::streams::DEFAULT_PROJECT, token)
+            .map_err(usage)?;
+    }
+    for pair in &args.project_tokens {
+        tenancy.add_pair(pair).map_err(usage)?;
+    }
+    if let Some(path) = &args.tokens_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServeError::Usage(format!("--tokens-file {}: {e}", path.display())))?;
+        tenancy
+            .add_file_text(&path.display().to_string(), &text)
+            .map_err(usage)?;
+    }
+    Ok(tenancy)
+}
+
 async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let dev_default_key = match &args.dev_default_key {
         Some(text) => {
@@ -233,6 +264,7 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         }
         None => None,
     };
+    let tenancy = tenancy(&args)?;
     let options = StoreOptions {
         s3: args.s3.options(),
         latency: Latency {
@@ -329,7 +361,7 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         streams: streams.clone(),
         subscriptions,
         config: HttpConfig {
-            auth_tokens: args.auth_tokens.clone(),
+            tenancy,
             dev_default_key,
             long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
             max_body_bytes: args.max_body_bytes,

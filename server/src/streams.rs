@@ -23,7 +23,9 @@ use strata_engine::{
 use strata_manifest::Versioned;
 use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
 
+use crate::catalog::{Catalog, CatalogCursor, CatalogEntry, CatalogPage};
 use crate::ds::json;
+use crate::product::config::WatchDef;
 use crate::reaper::Reaper;
 use crate::registry::{Descriptor, Entry, ForkOrigin, Registry, StreamState, DESCRIPTOR_FORMAT};
 
@@ -42,6 +44,9 @@ pub enum ServiceError {
     Gone,
     #[error("{0}")]
     Conflict(String),
+    /// A create met a name still kept (deleted or expired) for its forks.
+    #[error("the name's previous stream was deleted and is still read by forks")]
+    RetainedForForks,
     #[error("content type does not match the stream's")]
     ContentTypeMismatch,
     #[error("stream is closed")]
@@ -142,9 +147,23 @@ pub struct ForkSpec {
     pub sub_offset: u64,
 }
 
+/// Which surface creates: an existing stream is compared by that surface's
+/// configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateMode {
+    /// Protocol fields only (content type, expiry, closed, fork).
+    Raw,
+    /// The normalized product configuration (media type, expiry instant or
+    /// idle seconds, open state, watches); the fork origin is not part of it.
+    Product,
+}
+
 /// A create request.
 #[derive(Debug, Clone)]
 pub struct CreateSpec {
+    pub mode: CreateMode,
+    /// Watch definitions (product creates only; sorted by name).
+    pub watches: Vec<WatchDef>,
     /// `None`: the default (or, for a fork, the source's).
     pub content_type: Option<String>,
     pub expiry: Expiry,
@@ -164,8 +183,13 @@ pub struct CreateOutcome {
 /// An append request.
 #[derive(Debug, Clone)]
 pub struct AppendSpec {
+    /// Records of this routing key (`""`: the default key, the raw view).
+    pub routing_key: Bytes,
     pub content_type: Option<String>,
     pub body: Bytes,
+    /// Records the caller built and checked itself (the product routes); the
+    /// body is then not parsed.
+    pub records: Option<Vec<Bytes>>,
     pub producer: Option<ProducerClaim>,
     pub stream_seq: Option<Bytes>,
     pub close: bool,
@@ -188,7 +212,12 @@ pub struct AppendOutcome {
 /// A stream's metadata (HEAD).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamMeta {
+    pub name: String,
     pub content_type: String,
+    pub created_ms: u64,
+    /// Hex of the incarnation's stream epoch.
+    pub epoch: String,
+    pub watches: Vec<WatchDef>,
     pub tail: u64,
     pub closed: bool,
     pub ttl_seconds: Option<u64>,
@@ -222,6 +251,13 @@ impl ReadOutcome {
     pub fn at_end(&self) -> bool {
         self.closed && self.up_to_date()
     }
+}
+
+/// Which routing key a read views, and how much it returns.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyView<'a> {
+    pub routing_key: &'a [u8],
+    pub max_bytes: usize,
 }
 
 /// Where a read starts.
@@ -272,6 +308,7 @@ struct Level {
 
 pub struct Streams {
     registry: Registry,
+    catalog: Catalog,
     shards: Vec<Shard>,
     ciphers: CipherCache,
     clock: Arc<dyn Clock>,
@@ -295,7 +332,9 @@ impl Streams {
         config: StreamsConfig,
     ) -> Self {
         assert!(!shards.is_empty(), "at least one shard");
+        let (store, retry) = registry.store();
         Streams {
+            catalog: Catalog::new(store, retry, entropy.clone()),
             registry,
             shards,
             ciphers: Mutex::new(HashMap::new()),
@@ -499,12 +538,16 @@ impl Streams {
         ))
     }
 
-    /// Reads records from `from` across the chain (deepest source first).
+    /// Reads records of `routing_key` from `from` across the chain (deepest
+    /// source first). A fork inherits only its source's default key, so the
+    /// source levels are read for `""` alone. The returned position moves past
+    /// every record the read passed over, matching or not.
     async fn read_chain(
         levels: &[Level],
         from: u64,
         tail: u64,
         max_bytes: usize,
+        routing_key: &[u8],
     ) -> Result<(Vec<ReadRecord>, Vec<bool>, u64), ServiceError> {
         let mut out = Vec::new();
         let mut starts = Vec::new();
@@ -515,12 +558,18 @@ impl Streams {
             if position >= end {
                 continue;
             }
+            if depth > 0 && !routing_key.is_empty() {
+                // Sources contribute only their default key.
+                position = end;
+                continue;
+            }
             if position < level.base {
                 return Err(ServiceError::Internal(format!(
                     "position {position} lies below fork base {} with nothing to read it from",
                     level.base
                 )));
             }
+            // Each round either returns records or moves `position` forward.
             while position < end && (out.is_empty() || bytes < max_bytes) {
                 let limits = ReadLimits {
                     max_records: (end - position).min(10_000) as usize,
@@ -533,15 +582,15 @@ impl Streams {
                         position - level.base,
                         limits,
                         &level.cipher,
-                        None,
+                        Some(routing_key),
                     )
                     .await?;
-                if batch.records.is_empty() {
-                    break;
-                }
+                let before = position;
+                let mut capped = false;
                 for record in batch.records {
                     let at = level.base + record.offset;
                     if at >= end {
+                        capped = true;
                         break;
                     }
                     bytes += record.payload.len();
@@ -550,6 +599,12 @@ impl Streams {
                         payload: record.payload,
                     });
                     position = at + 1;
+                }
+                if !capped {
+                    position = position.max((level.base + batch.next_offset).min(end));
+                }
+                if position == before {
+                    break;
                 }
             }
             if !out.is_empty() && bytes >= max_bytes {
@@ -574,11 +629,7 @@ impl Streams {
         let now = self.now_ms();
         if let Some(existing) = current.clone() {
             match existing.value.state {
-                StreamState::SoftDeleted => {
-                    return Err(ServiceError::Conflict(
-                        "the stream was deleted and is still read by forks".into(),
-                    ))
-                }
+                StreamState::SoftDeleted => return Err(ServiceError::RetainedForForks),
                 StreamState::Live if existing.value.expired_at(now, entry.last_access_ms()) => {
                     self.retire(project, &entry, &existing).await?;
                     current = entry.load().await?;
@@ -592,9 +643,7 @@ impl Streams {
             .is_some_and(|c| c.value.state != StreamState::Deleted)
         {
             // Retired into a soft-deleted stream (forks still read it).
-            return Err(ServiceError::Conflict(
-                "the stream expired and is still read by forks".into(),
-            ));
+            return Err(ServiceError::RetainedForForks);
         }
         let incarnation = current.as_ref().map_or(1, |c| c.value.incarnation + 1);
 
@@ -640,6 +689,7 @@ impl Streams {
             created_closed: spec.closed,
             fork: fork.as_ref().map(|f| f.origin.clone()),
             fork_refs: 0,
+            watches: spec.watches.clone(),
             state: StreamState::Live,
             write_token: hex(&self.entropy.bytes16()),
         };
@@ -673,6 +723,7 @@ impl Streams {
         }
         entry.touch(now);
         self.schedule_expiry(project, &written.value, now);
+        self.list_in_catalog(&written.value).await?;
         let base = written.value.fork.as_ref().map_or(0, |f| f.base);
         let info = shard.stream_info(&stream).ok_or(ServiceError::NotFound)?;
         if info.tail.next_offset > 0 {
@@ -696,11 +747,34 @@ impl Streams {
         key: &StreamKey,
     ) -> Result<CreateOutcome, ServiceError> {
         let d = &existing.value;
+        let same = match spec.mode {
+            CreateMode::Raw => Self::same_protocol_config(d, spec, &self.config),
+            CreateMode::Product => Self::same_product_config(d, spec),
+        };
+        if !same {
+            return Err(ServiceError::Conflict(
+                "a stream with another configuration exists at this name".into(),
+            ));
+        }
+        // A retry also repairs a catalog entry lost between the two writes.
+        self.list_in_catalog(d).await?;
+        let levels = self.chain(project, existing.clone(), key).await?;
+        let (tail, closed) = Self::tail_of(&levels[0])?;
+        Ok(CreateOutcome {
+            created: false,
+            content_type: d.content_type.clone(),
+            tail,
+            closed,
+        })
+    }
+
+    /// A raw create against an existing stream compares only protocol fields.
+    fn same_protocol_config(d: &Descriptor, spec: &CreateSpec, config: &StreamsConfig) -> bool {
         let content_type_same = match &spec.content_type {
             Some(ct) => media_type(ct) == media_type(&d.content_type),
             None => {
                 spec.fork.is_some()
-                    || media_type(&d.content_type) == media_type(&self.config.default_content_type)
+                    || media_type(&d.content_type) == media_type(&config.default_content_type)
             }
         };
         let fork_same = match (&spec.fork, &d.fork) {
@@ -721,19 +795,21 @@ impl Streams {
             spec.expiry.ttl_seconds == d.ttl_seconds
                 && spec.expiry.expires_at.as_ref().map(|(t, _)| t) == d.expires_at.as_ref()
         };
-        if !(content_type_same && fork_same && expiry_same && spec.closed == d.created_closed) {
-            return Err(ServiceError::Conflict(
-                "a stream with another configuration exists at this name".into(),
-            ));
-        }
-        let levels = self.chain(project, existing.clone(), key).await?;
-        let (tail, closed) = Self::tail_of(&levels[0])?;
-        Ok(CreateOutcome {
-            created: false,
-            content_type: d.content_type.clone(),
-            tail,
-            closed,
-        })
+        content_type_same && fork_same && expiry_same && spec.closed == d.created_closed
+    }
+
+    /// A product create compares the normalized configuration: media type,
+    /// idle seconds or expiry instant, open state, and watches.
+    fn same_product_config(d: &Descriptor, spec: &CreateSpec) -> bool {
+        let media_same = spec
+            .content_type
+            .as_deref()
+            .is_some_and(|ct| media_type(ct) == media_type(&d.content_type));
+        media_same
+            && spec.expiry.ttl_seconds == d.ttl_seconds
+            && spec.expiry.expires_at.as_ref().map(|(_, ms)| *ms) == d.expires_at_ms
+            && spec.closed == d.created_closed
+            && spec.watches == d.watches
     }
 
     fn records_of(
@@ -804,7 +880,8 @@ impl Streams {
         let mut prefix = None;
         if fork.sub_offset > 0 {
             let n = fork.sub_offset;
-            let (records, starts, _) = Self::read_chain(&levels, offset, tail, usize::MAX).await?;
+            let (records, starts, _) =
+                Self::read_chain(&levels, offset, tail, usize::MAX, b"").await?;
             let first_batch = records
                 .iter()
                 .zip(&starts)
@@ -932,11 +1009,13 @@ impl Streams {
         next.write_token = hex(&self.entropy.bytes16());
         if next.fork_refs > 0 {
             next.state = StreamState::SoftDeleted;
-            entry.store(Some(current), next).await?;
+            entry.store(Some(current), next.clone()).await?;
+            self.unlist_from_catalog(&next).await;
             return Ok(());
         }
         next.state = StreamState::Deleted;
         entry.store(Some(current), next.clone()).await?;
+        self.unlist_from_catalog(&next).await;
         self.drop_engine_stream(&next).await;
         self.notify_deleted(project, &next.name);
         if let Some(origin) = &next.fork {
@@ -944,6 +1023,47 @@ impl Streams {
                 .await?;
         }
         Ok(())
+    }
+
+    // ----------------------------------------------------------------- catalog
+
+    async fn list_in_catalog(&self, desc: &Descriptor) -> Result<(), ServiceError> {
+        let entry = CatalogEntry {
+            name: desc.name.clone(),
+            content_type: desc.content_type.clone(),
+            created_ms: desc.created_ms,
+            incarnation: desc.incarnation,
+        };
+        self.catalog
+            .add(&desc.project, entry)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("updating the catalog: {e}")))
+    }
+
+    /// Best effort: a failure leaves an entry that the name's next create
+    /// replaces (the stream itself is already retired).
+    async fn unlist_from_catalog(&self, desc: &Descriptor) {
+        if let Err(e) = self
+            .catalog
+            .remove(&desc.project, &desc.name, desc.incarnation)
+            .await
+        {
+            tracing::warn!(name = %desc.name, error = %e, "removing a catalog entry failed");
+        }
+    }
+
+    /// A page of the project's live streams (bucket GETs, never one
+    /// descriptor per stream).
+    pub async fn catalog_page(
+        &self,
+        project: &str,
+        from: Option<&CatalogCursor>,
+        limit: usize,
+    ) -> Result<CatalogPage, ServiceError> {
+        self.catalog
+            .page(project, from, limit)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("reading the catalog: {e}")))
     }
 
     // ------------------------------------------------------------------ delete
@@ -973,7 +1093,9 @@ impl Streams {
         let stream = Self::stream_ref(&desc.value)?;
         let shard = self.shard_for(&stream.id);
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
-        let records = if spec.body.is_empty() {
+        let records = if let Some(records) = spec.records {
+            records
+        } else if spec.body.is_empty() {
             Vec::new()
         } else {
             let matches = spec
@@ -995,6 +1117,7 @@ impl Streams {
         };
         let appended_records = !records.is_empty();
         let mut request = AppendRequest::new(stream, cipher, records);
+        request.routing_key = spec.routing_key;
         request.producer = spec.producer;
         request.stream_seq = spec.stream_seq;
         request.close = spec.close;
@@ -1010,11 +1133,37 @@ impl Streams {
         }
         let result = match ack.kind {
             AppendKind::Appended => AppendResult::Appended,
-            AppendKind::Duplicate(state) => AppendResult::Duplicate(state),
+            AppendKind::Duplicate(mut state) => {
+                // Positions, like every offset this service answers.
+                state.first_offset += base;
+                state.next_offset += base;
+                AppendResult::Duplicate(state)
+            }
             AppendKind::AlreadyClosed => AppendResult::AlreadyClosed,
         };
         Ok(AppendOutcome {
             result,
+            tail: base + ack.next_offset,
+            closed: ack.closed,
+        })
+    }
+
+    /// Seals (closes) a stream without its key: idempotent, durable and
+    /// monotonic; the raw view shows it as `Stream-Closed`.
+    pub async fn seal(&self, project: &str, name: &str) -> Result<AppendOutcome, ServiceError> {
+        let (entry, desc) = self.live(project, name).await?;
+        let stream = Self::stream_ref(&desc.value)?;
+        let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
+        let ack = self
+            .shard_for(&stream.id)
+            .close_stream_without_key(stream)
+            .await?;
+        entry.touch(self.now_ms());
+        Ok(AppendOutcome {
+            result: match ack.kind {
+                AppendKind::AlreadyClosed => AppendResult::AlreadyClosed,
+                _ => AppendResult::Appended,
+            },
             tail: base + ack.next_offset,
             closed: ack.closed,
         })
@@ -1031,7 +1180,11 @@ impl Streams {
             .ok_or(ServiceError::NotFound)?;
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
         Ok(StreamMeta {
+            name: desc.value.name.clone(),
             content_type: desc.value.content_type.clone(),
+            created_ms: desc.value.created_ms,
+            epoch: desc.value.epoch.clone(),
+            watches: desc.value.watches.clone(),
             tail: base + info.tail.next_offset,
             closed: info.tail.status == strata_engine::shard::StreamStatus::Closed,
             ttl_seconds: desc.value.ttl_seconds,
@@ -1040,13 +1193,31 @@ impl Streams {
         })
     }
 
-    /// Reads from a position (renews the sliding TTL of this stream only).
+    /// Reads the default routing key from a position (renews the sliding TTL
+    /// of this stream only): the raw route's view.
     pub async fn read(
         &self,
         project: &str,
         name: &str,
         from: ReadFrom,
         key: &StreamKey,
+    ) -> Result<ReadOutcome, ServiceError> {
+        let view = KeyView {
+            routing_key: b"",
+            max_bytes: self.config.read_chunk_bytes,
+        };
+        self.read_key(project, name, from, key, view).await
+    }
+
+    /// Reads one routing key's records from a position, up to about
+    /// `view.max_bytes` of payload (at least one record when there is one).
+    pub async fn read_key(
+        &self,
+        project: &str,
+        name: &str,
+        from: ReadFrom,
+        key: &StreamKey,
+        view: KeyView<'_>,
     ) -> Result<ReadOutcome, ServiceError> {
         let (entry, desc) = self.live(project, name).await?;
         let levels = self.chain(project, desc.clone(), key).await?;
@@ -1062,7 +1233,7 @@ impl Streams {
             ReadFrom::Position(p) => p,
         };
         let (records, _, next) =
-            Self::read_chain(&levels, from, tail, self.config.read_chunk_bytes).await?;
+            Self::read_chain(&levels, from, tail, view.max_bytes, view.routing_key).await?;
         entry.touch(self.now_ms());
         Ok(ReadOutcome {
             records,
@@ -1073,6 +1244,21 @@ impl Streams {
             content_type: desc.value.content_type.clone(),
             incarnation: desc.value.incarnation,
         })
+    }
+
+    /// The stream epoch of a live stream, after checking `key` against it
+    /// (what a product cursor is bound to).
+    pub async fn epoch_for(
+        &self,
+        project: &str,
+        name: &str,
+        key: &StreamKey,
+    ) -> Result<[u8; 16], ServiceError> {
+        let (_, desc) = self.live(project, name).await?;
+        self.cipher(&desc.value, key)?;
+        desc.value
+            .epoch_bytes()
+            .ok_or_else(|| ServiceError::Internal("descriptor epoch".into()))
     }
 
     /// Waits until the stream has records at or past `position`, is closed, or

@@ -855,8 +855,10 @@ impl Subscriptions {
             "ts": self.streams.now_ms(),
         });
         let spec = AppendSpec {
+            routing_key: Bytes::new(),
             content_type: Some("application/json".into()),
             body: Bytes::from(event.to_string()),
+            records: None,
             producer: None,
             stream_seq: None,
             close: false,

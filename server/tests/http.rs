@@ -295,7 +295,12 @@ async fn bearer_tokens_guard_the_api() {
     let server = Server::start(
         dir.path().to_str().unwrap(),
         free_port(),
-        &["--auth-token", "sesame", "--auth-token", "other"],
+        &[
+            "--auth-token",
+            "sesame-sesame-open",
+            "--auth-token",
+            "other-other-other",
+        ],
     )
     .await;
     let c = client();
@@ -315,7 +320,7 @@ async fn bearer_tokens_guard_the_api() {
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401);
-    for token in ["sesame", "other"] {
+    for token in ["sesame-sesame-open", "other-other-other"] {
         let ok = c
             .put(server.url("a"))
             .bearer_auth(token)

@@ -220,7 +220,8 @@ pub(crate) struct PreparedPage {
 
 pub(crate) struct AppendJob {
     stream: StreamRef,
-    cipher: Arc<StreamCipher>,
+    /// `None` only for a close without records (`close_stream_without_key`).
+    cipher: Option<Arc<StreamCipher>>,
     routing_key: Bytes,
     key_version: u32,
     pages: Vec<PreparedPage>,
@@ -236,7 +237,11 @@ pub(crate) struct AppendJob {
 impl AppendJob {
     /// Whether the request's key is the stream's (constant-time comparison).
     fn cipher_matches(&self, epoch: &[u8; 16], fingerprint: &[u8; 16]) -> bool {
-        self.cipher.epoch().0 == *epoch && self.cipher.matches_fingerprint(fingerprint)
+        match &self.cipher {
+            Some(cipher) => cipher.epoch().0 == *epoch && cipher.matches_fingerprint(fingerprint),
+            // A keyless job writes no page: it is a bare close.
+            None => self.pages.is_empty() && self.close && self.producer.is_none(),
+        }
     }
 }
 
@@ -503,6 +508,30 @@ impl Shard {
         self.append(request).await
     }
 
+    /// Closes a stream without its key (idempotent): a close writes no page,
+    /// so nothing needs the key; operators and the product seal use it.
+    pub async fn close_stream_without_key(
+        &self,
+        stream: StreamRef,
+    ) -> Result<AppendAck, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Append(Box::new(AppendJob {
+            stream,
+            cipher: None,
+            routing_key: Bytes::new(),
+            key_version: 0,
+            pages: Vec::new(),
+            record_count: 0,
+            payload_bytes: 0,
+            timestamp_ms: self.inner.ctx.env.clock.now_ms(),
+            producer: None,
+            stream_seq: None,
+            close: true,
+            reply,
+        })))?;
+        Self::answer(rx).await
+    }
+
     /// Appends records; answers once they are durable in the store.
     pub async fn append(&self, request: AppendRequest) -> Result<AppendAck, EngineError> {
         let config = &self.inner.ctx.config;
@@ -555,7 +584,7 @@ impl Shard {
         let (reply, rx) = oneshot::channel();
         self.submit(Command::Append(Box::new(AppendJob {
             stream: request.stream,
-            cipher: request.cipher,
+            cipher: Some(request.cipher),
             routing_key: request.routing_key,
             key_version: request.key_version,
             pages,

@@ -1,5 +1,5 @@
 //! Structure-aware: a request (method, path, query, headers, server tokens
-//! and development key, body) through `parse_request`, the pure first step of
+//! and development key, body) through `parse_request` (raw and product routes), the pure first step of
 //! every request the server handles, and, for appends, `AppendRequest::spec`
 //! with the body.
 //!
@@ -10,7 +10,7 @@
 //! read's offset prints back to its text and live reads carry one; producer
 //! headers, `Stream-Seq`, TTL and fork headers obey their limits; an append's
 //! spec has a body or a close, a content type for its body, and the producer
-//! digest of that body.
+//! digest of that request.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -18,11 +18,12 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Method};
 use libfuzzer_sys::fuzz_target;
-use sha2::{Digest, Sha256};
 use strata_segments::StreamKey;
 use strata_server::ds::offsets::{Offset, OffsetParam};
 use strata_server::http::raw::{self, StreamOp, PREFIX};
+use strata_server::http::product::{self, ProductRoute};
 use strata_server::http::{parse_request, ApiError, Command, ParseConfig};
+use strata_server::tenancy::Tenancy;
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -55,6 +56,19 @@ enum PathChoice {
     Subscription(String, Option<String>),
     Health,
     Raw(String),
+    /// `/v1/streams/{name}{suffix}`.
+    Product(String, ProductSuffix),
+}
+
+#[derive(Arbitrary, Debug)]
+enum ProductSuffix {
+    None,
+    Records,
+    Batch,
+    LongPoll,
+    Sse,
+    Seal,
+    Other(String),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -167,6 +181,18 @@ fuzz_target!(|input: Input| {
         }
         PathChoice::Health => "/healthz".to_string(),
         PathChoice::Raw(p) => p.clone(),
+        PathChoice::Product(name, suffix) => {
+            let suffix = match suffix {
+                ProductSuffix::None => "",
+                ProductSuffix::Records => "/records",
+                ProductSuffix::Batch => "/records:batch",
+                ProductSuffix::LongPoll => "/records:long-poll",
+                ProductSuffix::Sse => "/records:sse",
+                ProductSuffix::Seal => ":seal",
+                ProductSuffix::Other(o) => o.as_str(),
+            };
+            format!("{}/{name}{suffix}", product::PREFIX)
+        }
     };
     let query = match (&input.query, &input.raw_query) {
         (Some(pairs), _) => Some(
@@ -215,8 +241,15 @@ fuzz_target!(|input: Input| {
         headers.append(name, value);
     }
     let dev_key = StreamKey::from_bytes([7; 32]);
+    let mut tenancy = Tenancy::open();
+    let mut tokens = Vec::new();
+    for (i, token) in input.tokens.iter().enumerate() {
+        if tenancy.add(&format!("p{i}"), token).is_ok() {
+            tokens.push(token.clone());
+        }
+    }
     let config = ParseConfig {
-        auth_tokens: &input.tokens,
+        tenancy: &tenancy,
         dev_default_key: input.dev_key.then_some(&dev_key),
     };
 
@@ -224,18 +257,29 @@ fuzz_target!(|input: Input| {
         Ok(command) => command,
         Err(e) => return check_error(e),
     };
-    if !input.tokens.is_empty() && !matches!(command, Command::Preflight | Command::Health) {
+    if !tokens.is_empty() && !matches!(command, Command::Preflight | Command::Health) {
         let bearer = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        assert!(bearer.is_some_and(|b| input.tokens.iter().any(|t| t == b)));
+        assert!(bearer.is_some_and(|b| tokens.iter().any(|t| t == b)));
     }
     match command {
         Command::Preflight => assert_eq!(method, Method::OPTIONS),
         Command::Health => assert_eq!(path, "/healthz"),
         Command::Subscriptions(_) => assert!(path.starts_with(&format!("{PREFIX}__ds/"))),
-        Command::Stream { name, op } => {
+        Command::Product { route, .. } => {
+            assert!(path.starts_with(product::PREFIX));
+            if let ProductRoute::Collection { name, .. } = route {
+                assert!(!name.is_empty() && name.len() <= product::NAME_BYTES_MAX);
+                assert!(!name.chars().any(char::is_control) && !name.starts_with("__"));
+                assert_eq!(
+                    product::collection_name(&percent_escape(&name)).ok(),
+                    Some(name.clone())
+                );
+            }
+        }
+        Command::Stream { name, op, .. } => {
             assert!(!name.is_empty() && name.len() <= raw::MAX_NAME_BYTES);
             assert!(!name.chars().any(char::is_control));
             assert!(!name.starts_with("__"));
@@ -294,7 +338,7 @@ fn check_op(op: StreamOp, headers: &HeaderMap, body: &[u8]) {
                     assert!(spec.body.is_empty() || spec.content_type.is_some());
                     assert_eq!(spec.producer.is_some(), append.producer.is_some());
                     if let Some(claim) = &spec.producer {
-                        assert_eq!(claim.digest[..], Sha256::digest(body)[..16]);
+                        assert_eq!(claim.digest, append.digest(body));
                     }
                 }
                 Err(e) => check_error(e),

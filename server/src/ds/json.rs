@@ -84,6 +84,66 @@ pub fn records_from_body(body: &[u8]) -> Result<Vec<Bytes>, JsonError> {
     })
 }
 
+/// Validates a JSON value and returns it as one record, arrays included
+/// (the product's single append: the body wrapped as `[value]` and flattened).
+pub fn one_record(body: &[u8]) -> Result<Bytes, JsonError> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .map_err(|e| JsonError::Invalid(e.to_string()))?;
+    Ok(Bytes::from(minify(body)))
+}
+
+/// The shape of a body's top level, from a scan that allocates nothing (the
+/// body is not validated: a count to refuse oversized batches before parsing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopLevel {
+    /// An array with this many elements.
+    Array(usize),
+    NotArray,
+}
+
+pub fn top_level(body: &[u8]) -> TopLevel {
+    let mut bytes = body
+        .iter()
+        .copied()
+        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if bytes.next() != Some(b'[') {
+        return TopLevel::NotArray;
+    }
+    let (mut depth, mut in_string, mut escaped) = (1usize, false, false);
+    let (mut elements, mut any) = (0usize, false);
+    for b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                any = true;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                any = true;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    break;
+                }
+            }
+            b',' if depth == 1 => elements += 1,
+            _ => any = true,
+        }
+    }
+    TopLevel::Array(if any { elements + 1 } else { 0 })
+}
+
 /// The body of a JSON read: the records as one array.
 pub fn array_of<'a>(records: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
@@ -140,6 +200,20 @@ mod tests {
         ] {
             assert!(records_from_body(bad.as_bytes()).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn top_level_counts() {
+        assert_eq!(top_level(b" [ ] "), TopLevel::Array(0));
+        assert_eq!(top_level(b"[1]"), TopLevel::Array(1));
+        assert_eq!(
+            top_level(br#"[1, "a,b", [2,3], {"x":[4,5]}]"#),
+            TopLevel::Array(4)
+        );
+        assert_eq!(top_level(br#"{"a":[1,2]}"#), TopLevel::NotArray);
+        assert_eq!(top_level(b"3"), TopLevel::NotArray);
+        assert_eq!(one_record(b" [1, 2] ").unwrap().as_ref(), b"[1,2]");
+        assert!(one_record(b"[1,").is_err());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! Every error is `{"error":{"code","message"}}` with a fitting status; bad
 //! input never panics and never answers 500.
 
+pub mod product;
 pub mod raw;
 pub mod sse;
 pub mod subscriptions;
@@ -21,9 +22,9 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
 use strata_segments::StreamKey;
-use subtle::ConstantTimeEq;
 
 use crate::streams::{ServiceError, Streams};
+use crate::tenancy::Tenancy;
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -37,8 +38,8 @@ pub fn empty() -> Body {
 
 /// Server settings the handlers read.
 pub struct HttpConfig {
-    /// Bearer tokens that may use the API (empty: no authentication).
-    pub auth_tokens: Vec<String>,
+    /// Bearer tokens and their projects (none: no authentication).
+    pub tenancy: Tenancy,
     /// The key used for raw-route requests that carry none (development).
     pub dev_default_key: Option<StreamKey>,
     pub long_poll_timeout: Duration,
@@ -87,6 +88,9 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Product answers carry `retryable` (always) and `details` (sometimes).
+    pub retryable: Option<bool>,
+    pub details: Option<serde_json::Value>,
 }
 
 impl ApiError {
@@ -96,6 +100,8 @@ impl ApiError {
             code,
             message: message.into(),
             headers: Vec::new(),
+            retryable: None,
+            details: None,
         }
     }
 
@@ -110,8 +116,31 @@ impl ApiError {
         self
     }
 
+    /// The product form: `retryable` set (429 and 503 are), `no-store`.
+    pub fn product(mut self) -> Self {
+        if self.retryable.is_none() {
+            self.retryable = Some(matches!(
+                self.status,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            ));
+        }
+        self.header("cache-control", "no-store")
+    }
+
+    pub fn details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
     pub fn into_response(self) -> Response<Body> {
-        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        let mut error = serde_json::json!({"code": self.code, "message": self.message});
+        if let Some(details) = self.details {
+            error["details"] = details;
+        }
+        if let Some(retryable) = self.retryable {
+            error["retryable"] = serde_json::Value::Bool(retryable);
+        }
+        let body = serde_json::json!({ "error": error });
         let mut response = Response::new(full(body.to_string()));
         *response.status_mut() = self.status;
         response
@@ -130,7 +159,9 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
             ServiceError::Gone => ApiError::new(StatusCode::GONE, "gone", message),
-            ServiceError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            ServiceError::Conflict(_) | ServiceError::RetainedForForks => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
             ServiceError::ContentTypeMismatch => {
                 ApiError::new(StatusCode::CONFLICT, "content_type_mismatch", message)
             }
@@ -217,23 +248,6 @@ fn preflight() -> Response<Body> {
     response
 }
 
-fn authorized(auth_tokens: &[String], headers: &HeaderMap) -> bool {
-    if auth_tokens.is_empty() {
-        return true;
-    }
-    let Some(token) = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    // Compare against every token, in constant time each.
-    auth_tokens.iter().fold(false, |found, t| {
-        found | bool::from(t.as_bytes().ct_eq(token.as_bytes()))
-    })
-}
-
 /// Reads a request body up to `limit` bytes (413 beyond it).
 pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
     match Limited::new(body, limit).collect().await {
@@ -267,8 +281,8 @@ pub async fn handle(
 /// What the request parser needs of the server's settings.
 #[derive(Clone, Copy)]
 pub struct ParseConfig<'a> {
-    /// Bearer tokens that may use the API (empty: no authentication).
-    pub auth_tokens: &'a [String],
+    /// Bearer tokens and their projects (none: no authentication).
+    pub tenancy: &'a Tenancy,
     /// The key used for raw-route requests that carry none.
     pub dev_default_key: Option<&'a StreamKey>,
 }
@@ -280,10 +294,19 @@ pub enum Command {
     Preflight,
     /// `/healthz`.
     Health,
-    /// The reserved `__ds` API.
+    /// The reserved `__ds` API (project `default` only).
     Subscriptions(subscriptions::SubRoute),
     /// `/v1/stream/{name}`.
-    Stream { name: String, op: raw::StreamOp },
+    Stream {
+        project: String,
+        name: String,
+        op: raw::StreamOp,
+    },
+    /// `/v1/streams…`: the product API.
+    Product {
+        project: String,
+        route: product::ProductRoute,
+    },
 }
 
 /// Maps a request's method, path, query and headers to the command it asks
@@ -302,21 +325,38 @@ pub fn parse_request(
     if path == "/healthz" {
         return Ok(Command::Health);
     }
-    if !authorized(config.auth_tokens, headers) {
-        return Err(ApiError::new(
+    let Ok(project) = config.tenancy.project_of(headers) else {
+        let error = ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "a valid Authorization: Bearer token is required",
         )
-        .header("www-authenticate", "Bearer"));
-    }
+        .header("www-authenticate", "Bearer");
+        return Err(if is_product_path(path) {
+            error.product()
+        } else {
+            error
+        });
+    };
+    let project = project.to_string();
     if let Some(rest) = path.strip_prefix(raw::PREFIX) {
         if let Some(api) = rest.strip_prefix("__ds/") {
+            if project != crate::streams::DEFAULT_PROJECT {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    "the __ds API serves the default project only",
+                ));
+            }
             return subscriptions::parse_route(method, api).map(Command::Subscriptions);
         }
         let name = raw::stream_name(rest)?;
         let op = raw::parse_stream_op(method, headers, query, config.dev_default_key)?;
-        return Ok(Command::Stream { name, op });
+        return Ok(Command::Stream { project, name, op });
+    }
+    if is_product_path(path) {
+        let route = product::parse_route(method, path, query, headers)?;
+        return Ok(Command::Product { project, route });
     }
     Err(ApiError::new(
         StatusCode::NOT_FOUND,
@@ -325,9 +365,13 @@ pub fn parse_request(
     ))
 }
 
+fn is_product_path(path: &str) -> bool {
+    path == product::PREFIX || path.starts_with("/v1/streams/")
+}
+
 async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
     let config = ParseConfig {
-        auth_tokens: &state.config.auth_tokens,
+        tenancy: &state.config.tenancy,
         dev_default_key: state.config.dev_default_key.as_ref(),
     };
     let command = parse_request(
@@ -341,6 +385,11 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
         Command::Preflight => Ok(preflight()),
         Command::Health => Ok(Response::new(full("ok\n"))),
         Command::Subscriptions(sub_route) => subscriptions::handle(state, request, sub_route).await,
-        Command::Stream { name, op } => raw::handle(state, request, name, op).await,
+        Command::Stream { project, name, op } => {
+            raw::handle(state, request, project, name, op).await
+        }
+        Command::Product { project, route } => {
+            product::handle(state, request, project, route).await
+        }
     }
 }

@@ -12,7 +12,6 @@ use http::header::HeaderValue;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
-use sha2::{Digest, Sha256};
 use strata_engine::{ProducerClaim, WaitOutcome};
 use strata_segments::StreamKey;
 
@@ -20,9 +19,10 @@ use super::{empty, full, read_body, sse, ApiError, ApiResult, AppState, Body};
 use crate::ds::cursor::next_cursor;
 use crate::ds::json;
 use crate::ds::offsets::{Offset, OffsetParam};
+use crate::product::{request_hash, Operation};
 use crate::streams::{
-    is_json, AppendResult, AppendSpec, CreateSpec, Expiry, ForkSpec, ReadFrom, ReadOutcome,
-    DEFAULT_PROJECT,
+    is_json, media_type, AppendResult, AppendSpec, CreateMode, CreateSpec, Expiry, ForkSpec,
+    ReadFrom, ReadOutcome,
 };
 
 /// What a request to `/v1/stream/{name}` asks for, as its method, headers and
@@ -232,20 +232,22 @@ fn with_status(status: StatusCode, body: Body) -> Response<Body> {
 pub async fn handle(
     state: Arc<AppState>,
     request: Request<Incoming>,
+    project: String,
     name: String,
     op: StreamOp,
 ) -> ApiResult {
+    let project = project.as_str();
     match op {
         StreamOp::Create(create_request) => {
-            create(state, request.into_body(), name, create_request).await
+            create(state, request.into_body(), project, name, create_request).await
         }
         StreamOp::Append(append_request) => {
-            append(state, request.into_body(), name, append_request).await
+            append(state, request.into_body(), project, name, append_request).await
         }
-        StreamOp::Read(read_request) => read(state, request, name, read_request).await,
-        StreamOp::Head => head(state, name).await,
+        StreamOp::Read(read_request) => read(state, request, project, name, read_request).await,
+        StreamOp::Head => head(state, project, name).await,
         StreamOp::Delete => {
-            state.streams.delete(DEFAULT_PROJECT, &name).await?;
+            state.streams.delete(project, &name).await?;
             Ok(with_status(StatusCode::NO_CONTENT, empty()))
         }
     }
@@ -339,6 +341,7 @@ fn parse_create(
 async fn create(
     state: Arc<AppState>,
     body: Incoming,
+    project: &str,
     name: String,
     request: CreateRequest,
 ) -> ApiResult {
@@ -352,16 +355,15 @@ async fn create(
         host,
     } = request;
     let spec = CreateSpec {
+        mode: CreateMode::Raw,
+        watches: Vec::new(),
         content_type,
         expiry,
         closed,
         body,
         fork,
     };
-    let outcome = state
-        .streams
-        .create(DEFAULT_PROJECT, &name, spec, &key)
-        .await?;
+    let outcome = state.streams.create(project, &name, spec, &key).await?;
     let status = if outcome.created {
         StatusCode::CREATED
     } else {
@@ -388,7 +390,7 @@ async fn create(
     Ok(response)
 }
 
-fn producer_headers(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
+pub(crate) fn producer_headers(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
     let id = header(headers, "producer-id")?;
     let epoch = header(headers, "producer-epoch")?;
     let seq = header(headers, "producer-seq")?;
@@ -446,6 +448,24 @@ fn parse_append(
 }
 
 impl AppendRequest {
+    /// The producer digest of this append: the product's request hash of the
+    /// same request on the default key (a JSON array appends like a batch),
+    /// so a retry through either surface is recognised.
+    pub fn digest(&self, body: &[u8]) -> [u8; 16] {
+        let media = self
+            .content_type
+            .as_deref()
+            .map(media_type)
+            .unwrap_or_default();
+        let flattened = is_json(&media) && json::top_level(body) != json::TopLevel::NotArray;
+        let operation = if flattened {
+            Operation::AppendBatch
+        } else {
+            Operation::Append
+        };
+        request_hash(operation, b"", &media, body, self.close)
+    }
+
     /// The append with its body: the checks that need the body, and the
     /// producer's claim with the body's digest.
     pub fn spec(&self, body: Bytes) -> Result<AppendSpec, ApiError> {
@@ -459,18 +479,17 @@ impl AppendRequest {
                 "an append with a body needs Content-Type",
             ));
         }
-        let producer = self.producer.as_ref().map(|p| {
-            let digest = Sha256::digest(&body);
-            ProducerClaim {
-                id: p.id.clone(),
-                epoch: p.epoch,
-                seq: p.seq,
-                digest: digest[..16].try_into().expect("16 bytes"),
-            }
+        let producer = self.producer.as_ref().map(|p| ProducerClaim {
+            id: p.id.clone(),
+            epoch: p.epoch,
+            seq: p.seq,
+            digest: self.digest(&body),
         });
         Ok(AppendSpec {
+            routing_key: Bytes::new(),
             content_type: self.content_type.clone(),
             body,
+            records: None,
             producer,
             stream_seq: self.stream_seq.clone(),
             close: self.close,
@@ -481,6 +500,7 @@ impl AppendRequest {
 async fn append(
     state: Arc<AppState>,
     body: Incoming,
+    project: &str,
     name: String,
     request: AppendRequest,
 ) -> ApiResult {
@@ -490,7 +510,7 @@ async fn append(
     let has_body = !spec.body.is_empty();
     let outcome = state
         .streams
-        .append(DEFAULT_PROJECT, &name, spec, &request.key)
+        .append(project, &name, spec, &request.key)
         .await?;
     let status = match (&outcome.result, &producer) {
         (AppendResult::Appended, Some(_)) if has_body => StatusCode::OK,
@@ -519,8 +539,8 @@ async fn append(
     Ok(response)
 }
 
-async fn head(state: Arc<AppState>, name: String) -> ApiResult {
-    let meta = state.streams.head(DEFAULT_PROJECT, &name).await?;
+async fn head(state: Arc<AppState>, project: &str, name: String) -> ApiResult {
+    let meta = state.streams.head(project, &name).await?;
     let mut response = with_status(StatusCode::OK, empty());
     set(&mut response, "content-type", &meta.content_type);
     set(
@@ -673,27 +693,33 @@ fn etag(outcome: &ReadOutcome) -> String {
 async fn read(
     state: Arc<AppState>,
     request: Request<Incoming>,
+    project: &str,
     name: String,
     read_request: ReadRequest,
 ) -> ApiResult {
     // A missing or deleted stream answers as such before the query is judged.
-    let meta = state.streams.head(DEFAULT_PROJECT, &name).await?;
+    let meta = state.streams.head(project, &name).await?;
     let query = read_request.query?;
     let key = read_request.key?;
     match query.live {
         Some(Live::Sse) => {
             let offset = query.offset.unwrap_or(OffsetParam::Start);
-            sse::serve(state, name, meta, offset, query.cursor, key).await
+            sse::serve(state, project, name, meta, offset, query.cursor, key).await
         }
         Some(Live::LongPoll) => {
-            long_poll(state, name, read_from(query.offset), query.cursor, key).await
+            long_poll(
+                state,
+                project,
+                name,
+                read_from(query.offset),
+                query.cursor,
+                key,
+            )
+            .await
         }
         None => {
             let from = read_from(query.offset);
-            let outcome = state
-                .streams
-                .read(DEFAULT_PROJECT, &name, from, &key)
-                .await?;
+            let outcome = state.streams.read(project, &name, from, &key).await?;
             if from == ReadFrom::Tail {
                 return Ok(read_response(&outcome, true));
             }
@@ -717,6 +743,7 @@ async fn read(
 
 async fn long_poll(
     state: Arc<AppState>,
+    project: &str,
     name: String,
     from: ReadFrom,
     cursor: Option<u64>,
@@ -724,24 +751,14 @@ async fn long_poll(
 ) -> ApiResult {
     let _slot = state.live_slot()?;
     let streams = &state.streams;
-    let mut outcome = streams.read(DEFAULT_PROJECT, &name, from, &key).await?;
+    let mut outcome = streams.read(project, &name, from, &key).await?;
     if outcome.records.is_empty() && !outcome.closed {
         let waited = streams
-            .wait(
-                DEFAULT_PROJECT,
-                &name,
-                outcome.next,
-                state.config.long_poll_timeout,
-            )
+            .wait(project, &name, outcome.next, state.config.long_poll_timeout)
             .await?;
         if let WaitOutcome::Ready { .. } = waited {
             outcome = streams
-                .read(
-                    DEFAULT_PROJECT,
-                    &name,
-                    ReadFrom::Position(outcome.next),
-                    &key,
-                )
+                .read(project, &name, ReadFrom::Position(outcome.next), &key)
                 .await?;
         }
     }

@@ -28,7 +28,7 @@ use super::raw::render;
 use super::{ApiResult, AppState, LiveSlot};
 use crate::ds::cursor::next_cursor;
 use crate::ds::offsets::{Offset, OffsetParam};
-use crate::streams::{is_json, media_type, ReadFrom, StreamMeta, DEFAULT_PROJECT};
+use crate::streams::{is_json, media_type, ReadFrom, StreamMeta};
 
 /// Frames buffered between the reading task and the connection.
 const FRAMES_BUFFERED_MAX: usize = 8;
@@ -63,13 +63,13 @@ fn push_data_lines(out: &mut Vec<u8>, payload: &[u8]) {
     out.push(b'\n');
 }
 
-fn data_event(out: &mut Vec<u8>, payload: &[u8]) {
+pub(crate) fn data_event(out: &mut Vec<u8>, payload: &[u8]) {
     out.extend_from_slice(b"event: data\n");
     push_data_lines(out, payload);
     out.push(b'\n');
 }
 
-fn control_event(out: &mut Vec<u8>, json: serde_json::Value) {
+pub(crate) fn control_event(out: &mut Vec<u8>, json: serde_json::Value) {
     out.extend_from_slice(b"event: control\ndata:");
     out.extend_from_slice(json.to_string().as_bytes());
     out.extend_from_slice(b"\n\n");
@@ -77,6 +77,7 @@ fn control_event(out: &mut Vec<u8>, json: serde_json::Value) {
 
 pub async fn serve(
     state: Arc<AppState>,
+    project: &str,
     name: String,
     meta: StreamMeta,
     offset: OffsetParam,
@@ -90,13 +91,13 @@ pub async fn serve(
         OffsetParam::At(o) => ReadFrom::Position(o.0),
     };
     // Validate the start (offset beyond the tail, wrong key) before streaming.
-    let first = state
-        .streams
-        .read(DEFAULT_PROJECT, &name, from, &key)
-        .await?;
+    let first = state.streams.read(project, &name, from, &key).await?;
     let binary = is_binary(&meta.content_type);
     let (tx, rx) = mpsc::channel::<Bytes>(FRAMES_BUFFERED_MAX);
-    tokio::spawn(run(state, name, key, first, cursor, binary, tx, slot));
+    let project = project.to_string();
+    tokio::spawn(run(
+        state, project, name, key, first, cursor, binary, tx, slot,
+    ));
     let body = BodyExt::boxed(StreamBody::new(
         tokio_stream_from(rx).map(|bytes| Ok::<_, Infallible>(Frame::data(bytes))),
     ));
@@ -124,6 +125,7 @@ fn tokio_stream_from(mut rx: mpsc::Receiver<Bytes>) -> impl futures::Stream<Item
 #[allow(clippy::too_many_arguments)]
 async fn run(
     state: Arc<AppState>,
+    project: String,
     name: String,
     key: StreamKey,
     first: crate::streams::ReadOutcome,
@@ -175,7 +177,7 @@ async fn run(
         let position = outcome.next;
         if outcome.up_to_date() {
             let waited = tokio::select! {
-                waited = streams.wait(DEFAULT_PROJECT, &name, position, state.config.long_poll_timeout) => waited,
+                waited = streams.wait(&project, &name, position, state.config.long_poll_timeout) => waited,
                 _ = tx.closed() => return,
             };
             match waited {
@@ -203,7 +205,7 @@ async fn run(
             }
         }
         outcome = match streams
-            .read(DEFAULT_PROJECT, &name, ReadFrom::Position(position), &key)
+            .read(&project, &name, ReadFrom::Position(position), &key)
             .await
         {
             Ok(o) => o,

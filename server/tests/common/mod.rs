@@ -98,3 +98,4 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+pub mod product;

@@ -1,0 +1,1207 @@
+//! `/v1/streams`: the product API over the stream service (contract:
+//! `docs/API.md`, `docs/openapi.yaml`).
+//!
+//! * `PUT/GET/DELETE /v1/streams/{name}`: create with the typed document,
+//!   metadata, delete.
+//! * `POST .../records` (one record), `POST .../records:batch` (a JSON array,
+//!   atomic), with `Prisma-Routing-Key` and optional `Producer-*`.
+//! * `GET .../records`, `.../records:long-poll`, `.../records:sse`: key reads
+//!   from opaque key cursors.
+//! * `POST /v1/streams/{name}:seal`: seal, optionally with a final record.
+//! * `GET /v1/streams`: the catalog.
+//!
+//! Parsing ([`parse_route`]) is pure, like the raw route's. Errors are
+//! `{"error":{"code","message","details"?,"retryable"}}`, every answer is
+//! `Cache-Control: no-store`, and the stream key (`Prisma-Encryption-Key`),
+//! tokens, routing keys and payloads are never echoed. Checks run in the
+//! contract's order: authentication, existence, seal state, content type,
+//! routing key, producer, body size, JSON syntax, batch count, commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use percent_encoding::percent_decode;
+use serde_json::{json, Value};
+use strata_engine::{ProducerClaim, WaitOutcome};
+use strata_segments::StreamKey;
+use tokio::sync::mpsc;
+
+use super::raw::ProducerHeaders;
+use super::{full, read_body, ApiError, ApiResult, AppState, Body};
+use crate::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
+use crate::ds::json::{self, TopLevel};
+use crate::product::config::{CollectionConfig, ExpiryConfig, CONFIG_BYTES_MAX};
+use crate::product::cursor::CursorScope;
+use crate::product::{
+    request_hash, scoped_producer_id, Operation, BATCH_RECORDS_MAX, READ_BYTES_DEFAULT,
+    READ_BYTES_MAX, READ_BYTES_MIN, RESERVED_PRODUCER_PREFIX, ROUTING_KEY_BYTES_MAX, WAIT_MS_MAX,
+};
+use crate::streams::{
+    is_json, media_type, AppendOutcome, AppendResult, AppendSpec, CreateMode, CreateSpec, Expiry,
+    KeyView, ReadFrom, ReadOutcome, ServiceError, StreamMeta,
+};
+
+pub const PREFIX: &str = "/v1/streams";
+/// Longest collection name, in bytes.
+pub const NAME_BYTES_MAX: usize = 512;
+/// Path segments a name may not end with (they are subresources).
+const RESERVED_LAST_SEGMENTS: [&str; 3] = ["records", "consumers", "watches"];
+/// Inputs of the raw surface or of removed designs, refused on every route.
+const REMOVED_HEADERS: [&str; 9] = [
+    "stream-encryption-key",
+    "stream-key",
+    "stream-profile",
+    "stream-ttl",
+    "stream-expires-at",
+    "stream-ordering",
+    "stream-segments",
+    "stream-scaling",
+    "stream-touch-templates",
+];
+const KEY_HEADER: &str = "prisma-encryption-key";
+const ROUTING_KEY_HEADER: &str = "prisma-routing-key";
+
+/// What a request to `/v1/streams…` asks for.
+#[derive(Debug)]
+pub enum ProductRoute {
+    Catalog {
+        cursor: Option<CatalogCursor>,
+        limit: usize,
+    },
+    Collection {
+        name: String,
+        op: Box<CollectionOp>,
+    },
+}
+
+/// Where a key read starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CursorParam {
+    Beginning,
+    Now,
+    Token(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Plain,
+    LongPoll { wait: Duration },
+    Sse { wait: Duration },
+}
+
+/// An operation on one collection. Header checks that the contract orders
+/// after the existence check are kept as results and judged in the handler.
+#[derive(Debug)]
+pub enum CollectionOp {
+    Create {
+        key: StreamKey,
+    },
+    Metadata,
+    Delete,
+    Seal {
+        key: Result<Option<StreamKey>, ApiError>,
+        producer: Result<Option<ProducerHeaders>, ApiError>,
+    },
+    Append {
+        key: StreamKey,
+        batch: bool,
+        content_type: Option<String>,
+        routing_key: Result<Bytes, ApiError>,
+        producer: Result<Option<ProducerHeaders>, ApiError>,
+    },
+    Read {
+        key: StreamKey,
+        routing_key: Result<Bytes, ApiError>,
+        cursor: CursorParam,
+        max_bytes: usize,
+        transport: Transport,
+    },
+}
+
+fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(status, code, message).product()
+}
+
+fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
+    error(StatusCode::BAD_REQUEST, code, message)
+}
+
+fn unknown_route() -> ApiError {
+    error(StatusCode::NOT_FOUND, "unknown_route", "no such route")
+}
+
+fn method_not_allowed(allow: &'static str) -> ApiError {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("use {allow}"),
+    )
+    .header("allow", allow)
+}
+
+/// The subresource a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Collection,
+    Records,
+    Batch,
+    LongPoll,
+    Sse,
+    Seal,
+}
+
+/// Splits the (still encoded) path after `/v1/streams/` into the name and
+/// the subresource: the suffix decides, so names may hold `:` and `/`.
+fn split_target(rest: &str) -> Result<(&str, Target), ApiError> {
+    const RECORDS: [(&str, Target); 4] = [
+        ("/records", Target::Records),
+        ("/records:batch", Target::Batch),
+        ("/records:long-poll", Target::LongPoll),
+        ("/records:sse", Target::Sse),
+    ];
+    for (suffix, target) in RECORDS {
+        if let Some(name) = rest.strip_suffix(suffix) {
+            return Ok((name, target));
+        }
+    }
+    if let Some(name) = rest.strip_suffix(":seal") {
+        return Ok((name, Target::Seal));
+    }
+    // Routes of later phases (scan, consumers, watches), and unknown verbs.
+    let last = rest.rsplit('/').next().unwrap_or("");
+    if rest.ends_with(":scan")
+        || rest.contains("/consumers/")
+        || rest.contains("/watches/")
+        || RESERVED_LAST_SEGMENTS.contains(&last)
+        || last.starts_with("records:")
+        || ["pull", "settle", "batch", "long-poll", "sse"]
+            .iter()
+            .any(|verb| rest.ends_with(&format!(":{verb}")))
+    {
+        return Err(unknown_route());
+    }
+    Ok((rest, Target::Collection))
+}
+
+/// Decodes and validates a collection name.
+pub fn collection_name(raw: &str) -> Result<String, ApiError> {
+    let invalid = |why: &str| bad("invalid_name", format!("invalid collection name: {why}"));
+    let name = percent_decode(raw.as_bytes())
+        .decode_utf8()
+        .map_err(|_| invalid("not UTF-8"))?;
+    if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err(invalid("use 1 to 512 bytes"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(invalid("control characters are not allowed"));
+    }
+    if name
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(invalid("empty, '.' and '..' segments are not allowed"));
+    }
+    if name.starts_with("__") {
+        return Err(invalid("names starting with '__' are reserved"));
+    }
+    let last = name.rsplit('/').next().unwrap_or("");
+    if RESERVED_LAST_SEGMENTS.contains(&last) {
+        return Err(invalid(
+            "a name cannot end in 'records', 'consumers' or 'watches'",
+        ));
+    }
+    Ok(name.into_owned())
+}
+
+/// The query's parameters, each at most once, strictly UTF-8.
+fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |text: &str| {
+            let plus = text.replace('+', " ");
+            percent_decode(plus.as_bytes())
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| bad("invalid_parameter", "query parameters must be UTF-8"))
+        };
+        let (k, v) = (decode(k)?, decode(v)?);
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(bad(
+                "duplicate_parameter",
+                format!("query parameter {k:?} is given twice"),
+            ));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(Some)
+            .map_err(|_| bad("invalid_header", format!("header {name} is not ASCII"))),
+    }
+}
+
+fn stream_key(headers: &HeaderMap) -> Result<StreamKey, ApiError> {
+    match header(headers, KEY_HEADER)? {
+        Some(text) => StreamKey::parse(text.trim()).map_err(|_| {
+            bad(
+                "invalid_key",
+                "Prisma-Encryption-Key must be 32 bytes in base64url or base64",
+            )
+        }),
+        None => Err(bad(
+            "missing_key",
+            "Prisma-Encryption-Key is required (32 bytes, base64url)",
+        )),
+    }
+}
+
+fn optional_key(headers: &HeaderMap) -> Result<Option<StreamKey>, ApiError> {
+    match headers.get(KEY_HEADER) {
+        None => Ok(None),
+        Some(_) => stream_key(headers).map(Some),
+    }
+}
+
+/// A routing key: exact UTF-8 bytes, at most 1,024.
+fn routing_key_bytes(bytes: &[u8]) -> Result<Bytes, ApiError> {
+    if bytes.len() > ROUTING_KEY_BYTES_MAX || std::str::from_utf8(bytes).is_err() {
+        return Err(bad(
+            "invalid_routing_key",
+            "a routing key is UTF-8 of at most 1024 bytes",
+        ));
+    }
+    Ok(Bytes::copy_from_slice(bytes))
+}
+
+fn producer(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
+    let parsed = super::raw::producer_headers(headers)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, "invalid_producer", e.message))?;
+    if parsed
+        .as_ref()
+        .is_some_and(|p| p.id.starts_with(RESERVED_PRODUCER_PREFIX))
+    {
+        return Err(bad(
+            "invalid_producer",
+            "Producer-Id values starting with '__' are reserved",
+        ));
+    }
+    Ok(parsed)
+}
+
+fn wait_param(value: Option<&str>) -> Result<Duration, ApiError> {
+    let ms = match value {
+        None => WAIT_MS_MAX,
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| bad("invalid_parameter", "waitMs must be a whole number"))?
+            .min(WAIT_MS_MAX),
+    };
+    Ok(Duration::from_millis(ms))
+}
+
+/// Maps a request under `/v1/streams` to its route, or to its error. Pure.
+pub fn parse_route(
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<ProductRoute, ApiError> {
+    if let Some(removed) = REMOVED_HEADERS.iter().find(|h| headers.contains_key(**h)) {
+        return Err(bad(
+            "unknown_field",
+            format!("header {removed} is not part of the product API"),
+        ));
+    }
+    let params = query_params(query)?;
+    for (k, _) in &params {
+        if k == "key" || k == "offset" {
+            return Err(bad(
+                "unknown_field",
+                format!("query parameter {k:?} is not part of the product API"),
+            ));
+        }
+        if k == "routingKey" && method != Method::GET {
+            return Err(bad(
+                "unknown_field",
+                "routingKey goes in the Prisma-Routing-Key header on writes",
+            ));
+        }
+    }
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let allow_only =
+        |allowed: &[&str]| match params.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
+            Some((k, _)) => Err(bad(
+                "unknown_parameter",
+                format!("query parameter {k:?} is not accepted here"),
+            )),
+            None => Ok(()),
+        };
+    let rest = match path.strip_prefix(PREFIX) {
+        Some("") | Some("/") => {
+            if method != Method::GET {
+                return Err(method_not_allowed("GET"));
+            }
+            allow_only(&["cursor", "limit"])?;
+            let cursor = match param("cursor") {
+                None | Some("") => None,
+                Some(text) => Some(
+                    CatalogCursor::decode(text)
+                        .ok_or_else(|| bad("invalid_cursor", "not a catalog cursor"))?,
+                ),
+            };
+            let limit = match param("limit") {
+                None => PAGE_LIMIT_DEFAULT,
+                Some(text) => text
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
+                    .ok_or_else(|| bad("invalid_parameter", "limit is 1 to 1000"))?,
+            };
+            return Ok(ProductRoute::Catalog { cursor, limit });
+        }
+        Some(rest) => rest.strip_prefix('/').ok_or_else(unknown_route)?,
+        None => return Err(unknown_route()),
+    };
+    let (raw_name, target) = split_target(rest)?;
+    let name = collection_name(raw_name)?;
+    let op = match (target, method.clone()) {
+        (Target::Collection, m) => {
+            allow_only(&[])?;
+            match m {
+                Method::PUT => CollectionOp::Create {
+                    key: stream_key(headers)?,
+                },
+                Method::GET => CollectionOp::Metadata,
+                Method::DELETE => CollectionOp::Delete,
+                _ => return Err(method_not_allowed("GET, PUT, DELETE")),
+            }
+        }
+        (Target::Seal, Method::POST) => {
+            allow_only(&[])?;
+            CollectionOp::Seal {
+                key: optional_key(headers),
+                producer: producer(headers),
+            }
+        }
+        (Target::Seal, _) => return Err(method_not_allowed("POST")),
+        (Target::Records, Method::POST) | (Target::Batch, Method::POST) => {
+            allow_only(&[])?;
+            CollectionOp::Append {
+                key: stream_key(headers)?,
+                batch: target == Target::Batch,
+                content_type: header(headers, "content-type")?.map(str::to_string),
+                routing_key: routing_key_bytes(
+                    headers
+                        .get(ROUTING_KEY_HEADER)
+                        .map_or(&[][..], HeaderValue::as_bytes),
+                ),
+                producer: producer(headers),
+            }
+        }
+        (Target::Batch, _) => return Err(method_not_allowed("POST")),
+        (Target::Records, Method::GET)
+        | (Target::LongPoll, Method::GET)
+        | (Target::Sse, Method::GET) => {
+            let transport = match target {
+                Target::Records => {
+                    allow_only(&["routingKey", "cursor", "maxBytes"])?;
+                    Transport::Plain
+                }
+                Target::LongPoll => {
+                    allow_only(&["routingKey", "cursor", "maxBytes", "waitMs"])?;
+                    Transport::LongPoll {
+                        wait: wait_param(param("waitMs"))?,
+                    }
+                }
+                _ => {
+                    allow_only(&["routingKey", "cursor", "maxBytes", "waitMs"])?;
+                    Transport::Sse {
+                        wait: wait_param(param("waitMs"))?,
+                    }
+                }
+            };
+            let cursor = match param("cursor") {
+                None | Some("") | Some("beginning") => CursorParam::Beginning,
+                Some("now") => CursorParam::Now,
+                Some(token) => CursorParam::Token(token.to_string()),
+            };
+            let max_bytes = match param("maxBytes") {
+                None => READ_BYTES_DEFAULT,
+                Some(text) => text
+                    .parse::<u64>()
+                    .map_err(|_| bad("invalid_parameter", "maxBytes must be a whole number"))?
+                    .clamp(READ_BYTES_MIN as u64, READ_BYTES_MAX as u64)
+                    as usize,
+            };
+            CollectionOp::Read {
+                key: stream_key(headers)?,
+                routing_key: routing_key_bytes(param("routingKey").unwrap_or("").as_bytes()),
+                cursor,
+                max_bytes,
+                transport,
+            }
+        }
+        (Target::Records, _) => return Err(method_not_allowed("GET, POST")),
+        (Target::LongPoll, _) | (Target::Sse, _) => return Err(method_not_allowed("GET")),
+    };
+    Ok(ProductRoute::Collection {
+        name,
+        op: Box::new(op),
+    })
+}
+
+// ------------------------------------------------------------------ answers
+
+/// A service error as the product answers it.
+fn service_error(e: ServiceError) -> ApiError {
+    let message = e.to_string();
+    let e = match e {
+        ServiceError::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
+        ServiceError::Gone => ApiError::new(StatusCode::GONE, "gone", message),
+        ServiceError::RetainedForForks => ApiError::new(StatusCode::CONFLICT, "gone", message),
+        ServiceError::Conflict(_) => {
+            ApiError::new(StatusCode::CONFLICT, "config_mismatch", message)
+        }
+        ServiceError::ContentTypeMismatch => {
+            ApiError::new(StatusCode::CONFLICT, "content_type_mismatch", message)
+        }
+        ServiceError::Closed { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "sealed", "the collection is sealed")
+        }
+        ServiceError::SeqConflict => ApiError::new(StatusCode::CONFLICT, "seq_conflict", message),
+        ServiceError::ProducerStale { current_epoch } => {
+            ApiError::new(StatusCode::FORBIDDEN, "stale_producer_epoch", message)
+                .details(json!({ "currentEpoch": current_epoch }))
+        }
+        ServiceError::ProducerGap { expected, received } => {
+            ApiError::new(StatusCode::CONFLICT, "producer_gap", message)
+                .details(json!({ "expected": expected, "received": received }))
+        }
+        ServiceError::ProducerEpochSeq => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "producer_epoch_must_start_at_zero",
+            message,
+        ),
+        ServiceError::WrongKey => ApiError::new(StatusCode::FORBIDDEN, "wrong_key", message),
+        ServiceError::BadRequest(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", message)
+        }
+        ServiceError::TooLarge { .. } => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", message)
+        }
+        ServiceError::Overloaded => {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message)
+                .header("retry-after", "1")
+        }
+        ServiceError::Unavailable(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+                .header("retry-after", "1")
+        }
+        ServiceError::Internal(_) => {
+            tracing::error!(%message, "internal error");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
+        }
+    };
+    e.product()
+}
+
+/// On writes a key mismatch is `stale_or_wrong_credentials` (a rotated key
+/// looks the same as a wrong one).
+fn write_error(e: ServiceError) -> ApiError {
+    match e {
+        ServiceError::WrongKey => error(
+            StatusCode::FORBIDDEN,
+            "stale_or_wrong_credentials",
+            "the key does not match the collection's key",
+        ),
+        other => service_error(other),
+    }
+}
+
+fn json_response(status: StatusCode, value: Value) -> Response<Body> {
+    let mut response = Response::new(full(value.to_string()));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert("content-type", HeaderValue::from_static("application/json"));
+    h.insert("cache-control", HeaderValue::from_static("no-store"));
+    response
+}
+
+fn set(response: &mut Response<Body>, name: &'static str, value: impl AsRef<str>) {
+    if let Ok(v) = HeaderValue::from_str(value.as_ref()) {
+        response.headers_mut().insert(name, v);
+    }
+}
+
+/// The metadata document of a collection.
+pub fn metadata_json(meta: &StreamMeta) -> Value {
+    let mut doc = json!({
+        "name": meta.name,
+        "contentType": meta.content_type,
+        "createdAt": meta.created_ms,
+        "sealed": meta.closed,
+    });
+    if let Some(ttl) = meta.ttl_seconds {
+        doc["expiry"] = json!({ "idle": format!("{ttl}s") });
+    } else if let Some(at) = &meta.expires_at {
+        doc["expiry"] = json!({ "at": at });
+    }
+    if !meta.watches.is_empty() {
+        doc["watches"] = serde_json::to_value(&meta.watches).unwrap_or(Value::Null);
+        doc["epoch"] = Value::String(meta.epoch.clone());
+    }
+    doc
+}
+
+pub async fn handle(
+    state: Arc<AppState>,
+    request: Request<Incoming>,
+    project: String,
+    route: ProductRoute,
+) -> ApiResult {
+    let result = match route {
+        ProductRoute::Catalog { cursor, limit } => catalog(&state, &project, cursor, limit).await,
+        ProductRoute::Collection { name, op } => {
+            let body = request.into_body();
+            match *op {
+                CollectionOp::Create { key } => create(&state, &project, &name, key, body).await,
+                CollectionOp::Metadata => {
+                    let meta = state
+                        .streams
+                        .head(&project, &name)
+                        .await
+                        .map_err(service_error)?;
+                    Ok(json_response(StatusCode::OK, metadata_json(&meta)))
+                }
+                CollectionOp::Delete => {
+                    state
+                        .streams
+                        .delete(&project, &name)
+                        .await
+                        .map_err(service_error)?;
+                    let mut response = Response::new(super::empty());
+                    *response.status_mut() = StatusCode::NO_CONTENT;
+                    set(&mut response, "cache-control", "no-store");
+                    Ok(response)
+                }
+                CollectionOp::Seal { key, producer } => {
+                    seal(&state, &project, &name, key, producer, body).await
+                }
+                CollectionOp::Append {
+                    key,
+                    batch,
+                    content_type,
+                    routing_key,
+                    producer,
+                } => {
+                    let request = AppendCall {
+                        key,
+                        batch,
+                        content_type,
+                        routing_key,
+                        producer,
+                    };
+                    append(&state, &project, &name, request, body).await
+                }
+                CollectionOp::Read {
+                    key,
+                    routing_key,
+                    cursor,
+                    max_bytes,
+                    transport,
+                } => {
+                    let routing_key = routing_key?;
+                    let call = ReadCall {
+                        project: project.clone(),
+                        name: name.clone(),
+                        key,
+                        routing_key,
+                        max_bytes,
+                    };
+                    read(state.clone(), call, cursor, transport).await
+                }
+            }
+        }
+    };
+    result.map_err(ApiError::product)
+}
+
+async fn catalog(
+    state: &AppState,
+    project: &str,
+    cursor: Option<CatalogCursor>,
+    limit: usize,
+) -> ApiResult {
+    let page = state
+        .streams
+        .catalog_page(project, cursor.as_ref(), limit)
+        .await
+        .map_err(service_error)?;
+    let streams: Vec<Value> = page
+        .entries
+        .iter()
+        .map(|e| json!({"name": e.name, "contentType": e.content_type, "createdAt": e.created_ms}))
+        .collect();
+    let mut doc = json!({ "streams": streams });
+    if let Some(next) = page.next {
+        doc["cursor"] = Value::String(next.encode());
+    }
+    Ok(json_response(StatusCode::OK, doc))
+}
+
+async fn create(
+    state: &AppState,
+    project: &str,
+    name: &str,
+    key: StreamKey,
+    body: Incoming,
+) -> ApiResult {
+    let body = read_body(body, CONFIG_BYTES_MAX)
+        .await
+        .map_err(|e| bad("invalid_config", e.message))?;
+    let config = CollectionConfig::parse(&body, state.streams.now_ms())
+        .map_err(|e| bad("invalid_config", e.0))?;
+    let expiry = match &config.expiry {
+        ExpiryConfig::Never => Expiry::default(),
+        ExpiryConfig::IdleSeconds(s) => Expiry {
+            ttl_seconds: Some(*s),
+            expires_at: None,
+        },
+        ExpiryConfig::At { text, ms } => Expiry {
+            ttl_seconds: None,
+            expires_at: Some((text.clone(), *ms)),
+        },
+    };
+    let spec = CreateSpec {
+        mode: CreateMode::Product,
+        watches: config.watches.clone(),
+        content_type: Some(config.format.content_type().to_string()),
+        expiry,
+        closed: false,
+        body: Bytes::new(),
+        fork: None,
+    };
+    let outcome = state
+        .streams
+        .create(project, name, spec, &key)
+        .await
+        .map_err(service_error)?;
+    let meta = state
+        .streams
+        .head(project, name)
+        .await
+        .map_err(service_error)?;
+    let status = if outcome.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json_response(status, metadata_json(&meta)))
+}
+
+struct AppendCall {
+    key: StreamKey,
+    batch: bool,
+    content_type: Option<String>,
+    routing_key: Result<Bytes, ApiError>,
+    producer: Result<Option<ProducerHeaders>, ApiError>,
+}
+
+/// The answer to an append or a final seal.
+fn append_answer(
+    scope: &CursorScope<'_>,
+    outcome: &AppendOutcome,
+    claim: Option<&ProducerClaim>,
+    count: usize,
+) -> Result<Value, ApiError> {
+    match &outcome.result {
+        AppendResult::Duplicate(state) => {
+            if let Some(claim) = claim {
+                if claim.epoch == state.epoch
+                    && claim.seq == state.seq
+                    && claim.digest != state.digest
+                {
+                    return Err(error(
+                        StatusCode::CONFLICT,
+                        "producer_sequence_reused",
+                        "this producer sequence number was used for another request",
+                    ));
+                }
+            }
+            Ok(json!({
+                "cursor": scope.encode(state.next_offset),
+                "count": 0,
+                "duplicate": true,
+                "sealed": outcome.closed,
+            }))
+        }
+        _ => Ok(json!({
+            "cursor": scope.encode(outcome.tail),
+            "count": count,
+            "duplicate": false,
+            "sealed": outcome.closed,
+        })),
+    }
+}
+
+async fn append(
+    state: &AppState,
+    project: &str,
+    name: &str,
+    call: AppendCall,
+    body: Incoming,
+) -> ApiResult {
+    let streams = &state.streams;
+    // Exists, not sealed, the key is the collection's.
+    let meta = streams.head(project, name).await.map_err(service_error)?;
+    let epoch = streams
+        .epoch_for(project, name, &call.key)
+        .await
+        .map_err(write_error)?;
+    if meta.closed {
+        return Err(service_error(ServiceError::Closed { tail: meta.tail }));
+    }
+    let json_stream = is_json(&meta.content_type);
+    if let Some(ct) = &call.content_type {
+        if media_type(ct) != media_type(&meta.content_type) {
+            return Err(service_error(ServiceError::ContentTypeMismatch));
+        }
+    }
+    if call.batch && !json_stream {
+        return Err(error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "batch_unsupported_format",
+            "records:batch needs a JSON collection",
+        ));
+    }
+    let routing_key = call.routing_key?;
+    let producer = call.producer?;
+    let body = read_body(body, state.config.max_body_bytes).await?;
+    let records = if !json_stream {
+        if body.is_empty() {
+            return Err(bad("empty_body", "a record needs a body"));
+        }
+        vec![body.clone()]
+    } else if call.batch {
+        match json::top_level(&body) {
+            TopLevel::Array(n) if n > BATCH_RECORDS_MAX => {
+                return Err(bad(
+                    "batch_too_large",
+                    format!("a batch holds at most {BATCH_RECORDS_MAX} records"),
+                ))
+            }
+            TopLevel::NotArray
+                if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() =>
+            {
+                return Err(bad("invalid_body", "records:batch takes a JSON array"))
+            }
+            _ => {}
+        }
+        let records =
+            json::records_from_body(&body).map_err(|e| bad("invalid_body", e.to_string()))?;
+        if records.is_empty() {
+            return Err(bad("empty_batch", "a batch needs at least one record"));
+        }
+        records
+    } else {
+        vec![json::one_record(&body).map_err(|e| bad("invalid_body", e.to_string()))?]
+    };
+    let operation = if call.batch {
+        Operation::AppendBatch
+    } else {
+        Operation::Append
+    };
+    let claim = producer.map(|p| ProducerClaim {
+        id: scoped_producer_id(&routing_key, &p.id),
+        epoch: p.epoch,
+        seq: p.seq,
+        digest: request_hash(
+            operation,
+            &routing_key,
+            &media_type(&meta.content_type),
+            &body,
+            false,
+        ),
+    });
+    let count = records.len();
+    let spec = AppendSpec {
+        routing_key: routing_key.clone(),
+        content_type: None,
+        body: Bytes::new(),
+        records: Some(records),
+        producer: claim.clone(),
+        stream_seq: None,
+        close: false,
+    };
+    let outcome = streams
+        .append(project, name, spec, &call.key)
+        .await
+        .map_err(write_error)?;
+    let scope = CursorScope {
+        project,
+        epoch,
+        key: &call.key,
+        routing_key: &routing_key,
+    };
+    let answer = append_answer(&scope, &outcome, claim.as_ref(), count)?;
+    Ok(json_response(StatusCode::OK, answer))
+}
+
+/// The body of `:seal`: `{}` or `{"final": value, "routingKey"?: string}`.
+struct SealBody {
+    final_record: Option<Bytes>,
+    routing_key: Bytes,
+}
+
+fn seal_body(body: &[u8]) -> Result<SealBody, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(SealBody {
+            final_record: None,
+            routing_key: Bytes::new(),
+        });
+    }
+    // The final value's exact text is kept: find it with a raw-value parse.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Doc<'a> {
+        #[serde(rename = "final", borrow, default)]
+        final_value: Option<&'a serde_json::value::RawValue>,
+        #[serde(rename = "routingKey", default)]
+        routing_key: Option<String>,
+    }
+    let doc: Doc<'_> = serde_json::from_slice(body)
+        .map_err(|e| bad("invalid_body", format!("the seal body: {e}")))?;
+    let routing_key = routing_key_bytes(doc.routing_key.unwrap_or_default().as_bytes())?;
+    let final_record = match doc.final_value {
+        Some(raw) => Some(
+            json::one_record(raw.get().as_bytes())
+                .map_err(|e| bad("invalid_body", e.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok(SealBody {
+        final_record,
+        routing_key,
+    })
+}
+
+async fn seal(
+    state: &AppState,
+    project: &str,
+    name: &str,
+    key: Result<Option<StreamKey>, ApiError>,
+    producer: Result<Option<ProducerHeaders>, ApiError>,
+    body: Incoming,
+) -> ApiResult {
+    let streams = &state.streams;
+    let meta = streams.head(project, name).await.map_err(service_error)?;
+    let key = key?;
+    let producer = producer?;
+    let body = read_body(body, state.config.max_body_bytes).await?;
+    let parsed = seal_body(&body)?;
+    let Some(final_record) = parsed.final_record else {
+        // Seal only: idempotent, no key needed.
+        if producer.is_some() {
+            return Err(bad(
+                "invalid_producer",
+                "Producer-* headers go with a final record",
+            ));
+        }
+        streams.seal(project, name).await.map_err(service_error)?;
+        return Ok(json_response(StatusCode::OK, json!({ "sealed": true })));
+    };
+    let key =
+        key.ok_or_else(|| bad("missing_key", "a final record needs Prisma-Encryption-Key"))?;
+    let epoch = streams
+        .epoch_for(project, name, &key)
+        .await
+        .map_err(write_error)?;
+    if meta.closed && producer.is_none() {
+        return Err(service_error(ServiceError::Closed { tail: meta.tail }));
+    }
+    if !is_json(&meta.content_type) {
+        return Err(bad(
+            "invalid_body",
+            "a final record in the seal body needs a JSON collection",
+        ));
+    }
+    let claim = producer.map(|p| ProducerClaim {
+        id: scoped_producer_id(&parsed.routing_key, &p.id),
+        epoch: p.epoch,
+        seq: p.seq,
+        digest: request_hash(
+            Operation::SealFinal,
+            &parsed.routing_key,
+            &media_type(&meta.content_type),
+            &final_record,
+            true,
+        ),
+    });
+    let spec = AppendSpec {
+        routing_key: parsed.routing_key.clone(),
+        content_type: None,
+        body: Bytes::new(),
+        records: Some(vec![final_record]),
+        producer: claim.clone(),
+        stream_seq: None,
+        close: true,
+    };
+    let outcome = streams
+        .append(project, name, spec, &key)
+        .await
+        .map_err(write_error)?;
+    let scope = CursorScope {
+        project,
+        epoch,
+        key: &key,
+        routing_key: &parsed.routing_key,
+    };
+    let mut answer = append_answer(&scope, &outcome, claim.as_ref(), 1)?;
+    answer["sealed"] = Value::Bool(true);
+    Ok(json_response(StatusCode::OK, answer))
+}
+
+// -------------------------------------------------------------------- reads
+
+/// One key read's fixed parts.
+struct ReadCall {
+    project: String,
+    name: String,
+    key: StreamKey,
+    routing_key: Bytes,
+    max_bytes: usize,
+}
+
+impl ReadCall {
+    fn scope(&self, epoch: [u8; 16]) -> CursorScope<'_> {
+        CursorScope {
+            project: &self.project,
+            epoch,
+            key: &self.key,
+            routing_key: &self.routing_key,
+        }
+    }
+
+    async fn read(&self, state: &AppState, from: ReadFrom) -> Result<ReadOutcome, ApiError> {
+        let view = KeyView {
+            routing_key: &self.routing_key,
+            max_bytes: self.max_bytes,
+        };
+        state
+            .streams
+            .read_key(&self.project, &self.name, from, &self.key, view)
+            .await
+            .map_err(service_error)
+    }
+}
+
+fn page_headers(response: &mut Response<Body>, scope: &CursorScope<'_>, outcome: &ReadOutcome) {
+    set(response, "prisma-next-cursor", scope.encode(outcome.next));
+    if outcome.up_to_date() {
+        set(response, "prisma-up-to-date", "true");
+    }
+    if outcome.at_end() {
+        set(response, "prisma-sealed", "true");
+    }
+    set(response, "cache-control", "no-store");
+}
+
+fn page_response(scope: &CursorScope<'_>, outcome: &ReadOutcome) -> Response<Body> {
+    let mut response = Response::new(full(super::raw::render(&outcome.content_type, outcome)));
+    set(&mut response, "content-type", &outcome.content_type);
+    page_headers(&mut response, scope, outcome);
+    response
+}
+
+async fn read(
+    state: Arc<AppState>,
+    call: ReadCall,
+    cursor: CursorParam,
+    transport: Transport,
+) -> ApiResult {
+    // Exists (404/410) and the key is the collection's (403) before the
+    // cursor is judged.
+    let epoch = state
+        .streams
+        .epoch_for(&call.project, &call.name, &call.key)
+        .await
+        .map_err(service_error)?;
+    let from = match &cursor {
+        CursorParam::Beginning => ReadFrom::Start,
+        CursorParam::Now => ReadFrom::Tail,
+        CursorParam::Token(token) => {
+            ReadFrom::Position(call.scope(epoch).decode(token).ok_or_else(|| {
+                bad(
+                    "invalid_cursor",
+                    "not a cursor of this collection and routing key",
+                )
+            })?)
+        }
+    };
+    let outcome = call.read(&state, from).await.map_err(|e| match e.code {
+        // A position past the tail can only come from a forged cursor.
+        "invalid_body" => bad(
+            "invalid_cursor",
+            "the cursor is beyond the collection's tail",
+        ),
+        _ => e,
+    })?;
+    match transport {
+        Transport::Plain => Ok(page_response(&call.scope(epoch), &outcome)),
+        Transport::LongPoll { wait } => long_poll(&state, &call, epoch, outcome, wait).await,
+        Transport::Sse { wait } => sse(state, call, epoch, outcome, wait).await,
+    }
+}
+
+/// Reads from `outcome.next` until records of the key arrive, the collection
+/// is sealed and read to its end, or `wait` passes. Appends of other keys
+/// wake the wait; they are read past and the wait goes on.
+async fn next_records(
+    state: &AppState,
+    call: &ReadCall,
+    mut outcome: ReadOutcome,
+    wait: Duration,
+) -> Result<ReadOutcome, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    // Each round either moves the position forward or waits for an append.
+    while outcome.records.is_empty() && !outcome.at_end() {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        if outcome.up_to_date() {
+            let waited = state
+                .streams
+                .wait(&call.project, &call.name, outcome.next, deadline - now)
+                .await
+                .map_err(service_error)?;
+            if let WaitOutcome::TimedOut { .. } = waited {
+                break;
+            }
+        }
+        outcome = call.read(state, ReadFrom::Position(outcome.next)).await?;
+    }
+    Ok(outcome)
+}
+
+async fn long_poll(
+    state: &Arc<AppState>,
+    call: &ReadCall,
+    epoch: [u8; 16],
+    first: ReadOutcome,
+    wait: Duration,
+) -> ApiResult {
+    let _slot = state.live_slot().map_err(|e| {
+        ApiError::new(e.status, "subscription_capacity", e.message).header("retry-after", "5")
+    })?;
+    let outcome = next_records(state, call, first, wait).await?;
+    let scope = call.scope(epoch);
+    if !outcome.records.is_empty() {
+        return Ok(page_response(&scope, &outcome));
+    }
+    let mut response = Response::new(super::empty());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    page_headers(&mut response, &scope, &outcome);
+    Ok(response)
+}
+
+/// Frames buffered between the reading task and the connection.
+const SSE_FRAMES_BUFFERED_MAX: usize = 8;
+
+async fn sse(
+    state: Arc<AppState>,
+    call: ReadCall,
+    epoch: [u8; 16],
+    first: ReadOutcome,
+    wait: Duration,
+) -> ApiResult {
+    let slot = state.live_slot().map_err(|e| {
+        ApiError::new(e.status, "subscription_capacity", e.message).header("retry-after", "5")
+    })?;
+    let binary = super::sse::is_binary(&first.content_type);
+    let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_FRAMES_BUFFERED_MAX);
+    tokio::spawn(async move {
+        let _slot = slot;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut outcome = first;
+        // Bounded by the deadline: each round sends a frame or waits.
+        loop {
+            let scope = call.scope(epoch);
+            let mut frame = Vec::new();
+            if !outcome.records.is_empty() {
+                let payload = super::raw::render(&outcome.content_type, &outcome);
+                if binary {
+                    use base64::Engine as _;
+                    let encoded = base64::engine::general_purpose::STANDARD.encode(&payload);
+                    super::sse::data_event(&mut frame, encoded.as_bytes());
+                } else {
+                    super::sse::data_event(&mut frame, &payload);
+                }
+            }
+            let mut control = json!({ "nextCursor": scope.encode(outcome.next) });
+            if outcome.up_to_date() {
+                control["upToDate"] = Value::Bool(true);
+            }
+            if outcome.at_end() {
+                control["sealed"] = Value::Bool(true);
+            }
+            super::sse::control_event(&mut frame, control);
+            if tx.send(Bytes::from(frame)).await.is_err() || outcome.at_end() {
+                return;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let next = outcome.next;
+            let after = tokio::select! {
+                after = next_records(&state, &call, ReadOutcome { records: Vec::new(), ..outcome }, left) => after,
+                _ = tx.closed() => return,
+            };
+            outcome = match after {
+                Ok(o) if o.records.is_empty() && !o.at_end() && o.next == next => return,
+                Ok(o) => o,
+                Err(_) => return,
+            };
+        }
+    });
+    let stream = futures::StreamExt::map(
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)),
+        |bytes| Ok::<_, std::convert::Infallible>(Frame::data(bytes)),
+    );
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    let h = response.headers_mut();
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert("cache-control", HeaderValue::from_static("no-store"));
+    if binary {
+        h.insert(
+            "stream-sse-data-encoding",
+            HeaderValue::from_static("base64"),
+        );
+    }
+    Ok(response)
+}
