@@ -1,6 +1,8 @@
 //! Model test: random operations over several streams, each answered by the
 //! engine and by a plain in-memory model written independently of it; every
 //! answer and every read must agree, including across re-opens of the shard.
+//! Appends carry routing keys; reads of one key must return exactly that key's
+//! records, at their offsets, and never stall.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +18,8 @@ use strata_engine::{
 use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
 
 const STREAMS: usize = 3;
+/// Routing keys appends use; reads filter by one or read all.
+const ROUTING_KEYS: [&[u8]; 3] = [b"", b"a", b"bb"];
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -29,6 +33,8 @@ enum Op {
         producer: Option<(u8, u64, u64)>,
         stream_seq: Option<u8>,
         close: bool,
+        /// The routing key (`ROUTING_KEYS[key]`).
+        key: usize,
     },
     Delete {
         stream: usize,
@@ -36,6 +42,8 @@ enum Op {
     Read {
         stream: usize,
         from_fraction: u8,
+        /// Records of one routing key only, or all.
+        key: Option<usize>,
     },
     Reopen,
     /// Moves everything durable into a segment (reads then span both tiers).
@@ -51,16 +59,19 @@ fn op() -> impl Strategy<Value = Op> {
             prop::option::weighted(0.4, (0u8..2, 0u64..3, 0u64..5)),
             prop::option::weighted(0.2, 0u8..6),
             prop::bool::weighted(0.08),
+            0..ROUTING_KEYS.len(),
         )
-            .prop_map(|(stream, records, producer, stream_seq, close)| Op::Append {
+            .prop_map(|(stream, records, producer, stream_seq, close, key)| Op::Append {
                 stream,
                 records,
                 producer,
                 stream_seq,
                 close,
+                key,
             }),
         1 => (0..STREAMS).prop_map(|stream| Op::Delete { stream }),
-        3 => (0..STREAMS, any::<u8>()).prop_map(|(stream, from_fraction)| Op::Read { stream, from_fraction }),
+        3 => (0..STREAMS, any::<u8>(), prop::option::of(0..ROUTING_KEYS.len()))
+            .prop_map(|(stream, from_fraction, key)| Op::Read { stream, from_fraction, key }),
         1 => Just(Op::Reopen),
         2 => Just(Op::Seal),
     ]
@@ -76,7 +87,8 @@ struct ModelProducer {
 #[derive(Debug, Clone)]
 struct ModelStream {
     incarnation: u64,
-    records: Vec<Bytes>,
+    /// Each record with its routing key's index.
+    records: Vec<(usize, Bytes)>,
     closed: bool,
     deleted: bool,
     producers: BTreeMap<String, ModelProducer>,
@@ -106,6 +118,7 @@ impl Model {
         &mut self,
         i: usize,
         payloads: &[Bytes],
+        key: usize,
         producer: Option<&ProducerClaim>,
         stream_seq: Option<&[u8]>,
         close: bool,
@@ -175,7 +188,7 @@ impl Model {
                 },
             );
         }
-        s.records.extend(payloads.iter().cloned());
+        s.records.extend(payloads.iter().map(|p| (key, p.clone())));
         if close {
             s.closed = true;
         }
@@ -218,8 +231,15 @@ fn stream_ref(i: usize, incarnation: u64) -> StreamRef {
     }
 }
 
-async fn read_all(shard: &Shard, s: &StreamRef, from: u64) -> Result<Vec<Bytes>, EngineError> {
-    let mut out = Vec::new();
+/// Reads from `from` to the tail in small pages (of one routing key's records
+/// when `key` is given): every page makes progress, offsets only grow.
+async fn read_all(
+    shard: &Shard,
+    s: &StreamRef,
+    from: u64,
+    key: Option<usize>,
+) -> Result<Vec<(u64, Bytes)>, EngineError> {
+    let mut out: Vec<(u64, Bytes)> = Vec::new();
     let mut at = from;
     for _ in 0..10_000 {
         let batch = shard
@@ -231,20 +251,40 @@ async fn read_all(shard: &Shard, s: &StreamRef, from: u64) -> Result<Vec<Bytes>,
                     max_bytes: 64,
                 },
                 &cipher(),
-                None,
+                key.map(|k| ROUTING_KEYS[k]),
             )
             .await?;
         let done = batch.up_to_date();
+        assert!(
+            done || batch.next_offset > at || !batch.records.is_empty(),
+            "a read from {at} made no progress"
+        );
         for r in batch.records {
-            assert_eq!(r.offset, from + out.len() as u64, "offsets are contiguous");
-            out.push(r.payload);
+            assert!(r.offset >= at, "offsets only grow");
+            at = r.offset + 1;
+            out.push((r.offset, r.payload));
         }
+        assert!(
+            batch.next_offset >= at,
+            "the next offset is past the records"
+        );
         at = batch.next_offset;
         if done {
             return Ok(out);
         }
     }
     panic!("a read of {s:?} from {from} never caught up");
+}
+
+/// What the model holds from `from` on, of `key` (or all keys).
+fn expected(m: &ModelStream, from: u64, key: Option<usize>) -> Vec<(u64, Bytes)> {
+    m.records
+        .iter()
+        .enumerate()
+        .skip(from as usize)
+        .filter(|(_, (k, _))| key.is_none_or(|want| want == *k))
+        .map(|(i, (_, b))| (i as u64, b.clone()))
+        .collect()
 }
 
 async fn run(ops: Vec<Op>) {
@@ -288,6 +328,7 @@ async fn run(ops: Vec<Op>) {
                 producer,
                 stream_seq,
                 close,
+                key,
             } => {
                 let incarnation = model.streams[stream].as_ref().map_or(1, |s| s.incarnation);
                 let payloads: Vec<Bytes> = (0..records)
@@ -308,7 +349,15 @@ async fn run(ops: Vec<Op>) {
                 request.producer = claim.clone();
                 request.stream_seq = seq.clone().map(Bytes::from);
                 request.close = close;
-                let expect = model.append(stream, &payloads, claim.as_ref(), seq.as_deref(), close);
+                request.routing_key = Bytes::from_static(ROUTING_KEYS[key]);
+                let expect = model.append(
+                    stream,
+                    &payloads,
+                    key,
+                    claim.as_ref(),
+                    seq.as_deref(),
+                    close,
+                );
                 let got = match shard.append(request).await {
                     Ok(ack) => match ack.kind {
                         AppendKind::Appended => Expect::Appended {
@@ -343,19 +392,20 @@ async fn run(ops: Vec<Op>) {
             Op::Read {
                 stream,
                 from_fraction,
+                key,
             } => {
                 let incarnation = model.streams[stream].as_ref().map_or(1, |s| s.incarnation);
                 let s = stream_ref(stream, incarnation);
                 match model.live(stream) {
                     Some(m) => {
                         let from = (m.records.len() * from_fraction as usize / 255) as u64;
-                        let got = read_all(&shard, &s, from).await.expect("read");
-                        assert_eq!(got, m.records[from as usize..], "step {step}: read");
+                        let got = read_all(&shard, &s, from, key).await.expect("read");
+                        assert_eq!(got, expected(m, from, key), "step {step}: read");
                         let info = shard.stream_info(&s).expect("live");
                         assert_eq!(info.tail.next_offset, m.records.len() as u64);
                     }
                     None => assert_eq!(
-                        read_all(&shard, &s, 0).await.unwrap_err(),
+                        read_all(&shard, &s, 0, key).await.unwrap_err(),
                         EngineError::StreamNotFound,
                         "step {step}: read of a missing stream"
                     ),
@@ -368,10 +418,14 @@ async fn run(ops: Vec<Op>) {
                 shard = open(&store, instance).await;
                 for (i, m) in model.streams.iter().enumerate() {
                     if let Some(m) = m.as_ref().filter(|m| !m.deleted) {
-                        let got = read_all(&shard, &stream_ref(i, m.incarnation), 0)
+                        let got = read_all(&shard, &stream_ref(i, m.incarnation), 0, None)
                             .await
                             .unwrap();
-                        assert_eq!(got, m.records, "step {step}: stream {i} after re-open");
+                        assert_eq!(
+                            got,
+                            expected(m, 0, None),
+                            "step {step}: stream {i} after re-open"
+                        );
                     }
                 }
             }

@@ -120,6 +120,44 @@ async fn unknown_stream_empty_append_and_close() {
 }
 
 #[tokio::test]
+async fn a_close_needs_no_key_and_a_wrong_key_writes_nothing() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let shard = open(&store, 1).await.unwrap();
+    let s = stream(9);
+    shard.create_stream(s, &cipher()).await.unwrap();
+    shard
+        .append(AppendRequest::new(s, cipher(), records(&["a"])))
+        .await
+        .unwrap();
+    let wrong = Arc::new(StreamCipher::new(
+        StreamEpoch([7; 16]),
+        StreamKey::from_bytes([2; 32]),
+    ));
+    assert_eq!(
+        shard.close_stream(s, wrong).await.unwrap_err(),
+        EngineError::WrongKey
+    );
+    let closed = shard.close_stream_without_key(s).await.unwrap();
+    assert_eq!((closed.kind, closed.next_offset), (AppendKind::Appended, 1));
+    assert!(closed.closed);
+    let again = shard.close_stream_without_key(s).await.unwrap();
+    assert_eq!(again.kind, AppendKind::AlreadyClosed);
+    assert_eq!(
+        shard
+            .append(AppendRequest::new(s, cipher(), records(&["b"])))
+            .await
+            .unwrap_err(),
+        EngineError::StreamClosed { next_offset: 1 }
+    );
+    let missing = shard.close_stream_without_key(stream(10)).await;
+    assert_eq!(missing.unwrap_err(), EngineError::StreamNotFound);
+    shard.shutdown().await;
+    let reopened = open(&store, 2).await.unwrap();
+    assert!(reopened.stream_info(&s).unwrap().tail.closed_ms.is_some());
+    assert_eq!(payloads(&reopened, &s, 0).await, ["a"]);
+}
+
+#[tokio::test]
 async fn producers_deduplicate_and_fence() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let shard = open(&store, 1).await.unwrap();
