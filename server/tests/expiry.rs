@@ -119,3 +119,54 @@ async fn streams_created_before_a_restart_still_expire_unasked() {
     )
     .await;
 }
+
+/// Reads the names in the default project's catalog from its bucket objects.
+fn catalog_names(store: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let Ok(dir) = std::fs::read_dir(store.join("registry/default/catalog")) else {
+        return names;
+    };
+    for entry in dir {
+        let path = entry.unwrap().path();
+        // Only bucket objects (the local store stages writes beside them).
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let bytes = std::fs::read(path).unwrap();
+        let bucket: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        for e in bucket["entries"].as_array().unwrap() {
+            names.push(e["name"].as_str().unwrap().to_string());
+        }
+    }
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn an_idle_product_collection_expires_and_leaves_the_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path().to_str().unwrap(), free_port(), &[]).await;
+    let api = common::product::Api::new(&server, None, common::DEV_KEY);
+    let idle = r#"{"format":{"kind":"json"},"expiry":{"idle":"1s"}}"#;
+    assert_eq!(api.create("fleeting", idle).await.status, 201);
+    assert_eq!(
+        api.create("lasting", common::product::JSON_DOC)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(api.append("fleeting", "k", "1").await.status, 200);
+    assert_eq!(catalog_names(dir.path()), ["fleeting", "lasting"]);
+    within(
+        Duration::from_secs(20),
+        "the idle collection expires unasked",
+        || descriptor_state(dir.path(), "fleeting") == "deleted",
+    )
+    .await;
+    assert_eq!(catalog_names(dir.path()), ["lasting"]);
+    api.metadata("fleeting")
+        .await
+        .expect_error(404, "not_found");
+    // The name is free: a new incarnation.
+    assert_eq!(api.create("fleeting", idle).await.status, 201);
+}

@@ -747,3 +747,85 @@ async fn routes_survive_a_restart() {
     let catalog = api.catalog(&[]).await.json();
     assert_eq!(catalog["streams"][0]["name"], "r");
 }
+
+#[tokio::test]
+async fn names_kept_for_forks_answer_gone() {
+    let (_dir, server) = start(&[]).await;
+    let api = alpha(&server);
+    let raw = |method: Method, name: &str| {
+        common::client()
+            .request(method, format!("{}/v1/stream/{name}", server.base))
+            .bearer_auth(TOKEN_A)
+            .header("stream-encryption-key", DEV_KEY)
+    };
+    assert_eq!(api.create("src", JSON_DOC).await.status, 201);
+    assert_eq!(api.append("src", "", "1").await.status, 200);
+    let fork = Api::send(
+        raw(Method::PUT, "fork")
+            .header("content-type", "application/json")
+            .header("stream-forked-from", "/v1/stream/src"),
+    )
+    .await;
+    assert_eq!(fork.status, 201, "{}", fork.text());
+    // Deleting a source with a live fork keeps it for the fork: 410 / 409 gone.
+    assert_eq!(api.delete("src").await.status, 204);
+    api.metadata("src").await.expect_error(410, "gone");
+    api.read("src", "", None).await.expect_error(410, "gone");
+    api.delete("src").await.expect_error(410, "gone");
+    api.create("src", JSON_DOC).await.expect_error(409, "gone");
+    // The fork still reads through it; once the fork goes, the name is free.
+    assert_eq!(api.read("fork", "", None).await.text(), "[1]");
+    assert_eq!(api.delete("fork").await.status, 204);
+    assert_eq!(api.create("src", JSON_DOC).await.status, 201);
+}
+
+#[tokio::test]
+async fn live_readers_are_bounded() {
+    let (_dir, server) = start(&["--max-live-connections", "1"]).await;
+    let api = alpha(&server);
+    assert_eq!(api.create("busy", JSON_DOC).await.status, 201);
+    // An SSE response holds its slot from its headers until the client leaves.
+    let held = api
+        .request(Method::GET, "busy/records:sse")
+        .pairs(&[("cursor", "now"), ("waitMs", "20000")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    let refused = Api::send(
+        api.request(Method::GET, "busy/records:long-poll")
+            .pairs(&[("cursor", "now"), ("waitMs", "10")]),
+    )
+    .await;
+    refused.expect_error(503, "subscription_capacity");
+    assert_eq!(refused.json()["error"]["retryable"], true);
+    assert!(refused.header("retry-after").is_some());
+    // Leaving frees the slot (the server notices the closed connection).
+    drop(held);
+    let mut answered = 0;
+    for _ in 0..400 {
+        answered = Api::send(
+            api.request(Method::GET, "busy/records:long-poll")
+                .pairs(&[("cursor", "now"), ("waitMs", "10")]),
+        )
+        .await
+        .status;
+        if answered == 204 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(answered, 204, "the slot is free again");
+}
+
+#[tokio::test]
+async fn oversized_seal_bodies_are_413() {
+    let (_dir, server) = start(&["--max-body-bytes", "1000"]).await;
+    let api = alpha(&server);
+    assert_eq!(api.create("s", JSON_DOC).await.status, 201);
+    let big = format!(r#"{{"final":"{}"}}"#, "x".repeat(2000));
+    api.seal("s", &big)
+        .await
+        .expect_error(413, "body_too_large");
+    assert_eq!(api.metadata("s").await.json()["sealed"], false);
+}
