@@ -33,6 +33,9 @@ use crate::registry::{Descriptor, Entry, ForkOrigin, Registry, StreamState, DESC
 pub const DEFAULT_PROJECT: &str = "default";
 /// Most levels a fork chain may have.
 const FORK_DEPTH_MAX: usize = 64;
+/// Engine reads one service read makes at most (each moves past at most
+/// about a page budget of other keys' records).
+const READ_ROUNDS_MAX: usize = 64;
 /// Most stream ciphers kept derived.
 const CIPHER_CACHE_MAX: usize = 100_000;
 
@@ -553,6 +556,7 @@ impl Streams {
         let mut starts = Vec::new();
         let mut position = from;
         let mut bytes = 0usize;
+        let mut rounds = 0usize;
         for (depth, level) in levels.iter().enumerate().rev() {
             let end = if depth == 0 { tail } else { level.cap };
             if position >= end {
@@ -569,8 +573,14 @@ impl Streams {
                     level.base
                 )));
             }
-            // Each round either returns records or moves `position` forward.
+            // Each round either returns records or moves `position` forward;
+            // a read that finds none of its key's records in READ_ROUNDS_MAX
+            // rounds answers an empty page whose position has moved on.
             while position < end && (out.is_empty() || bytes < max_bytes) {
+                if rounds >= READ_ROUNDS_MAX {
+                    break;
+                }
+                rounds += 1;
                 let limits = ReadLimits {
                     max_records: (end - position).min(10_000) as usize,
                     max_bytes: max_bytes.saturating_sub(bytes).max(1),
@@ -607,7 +617,8 @@ impl Streams {
                     break;
                 }
             }
-            if !out.is_empty() && bytes >= max_bytes {
+            // Stopped early (page full, rounds spent): the rest waits.
+            if position < end {
                 break;
             }
         }
