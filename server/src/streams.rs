@@ -1105,6 +1105,15 @@ impl Streams {
         let shard = self.shard_for(&stream.id);
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
         let records = if let Some(records) = spec.records {
+            if records
+                .iter()
+                .any(|r| r.len() > self.config.max_record_bytes)
+            {
+                return Err(ServiceError::TooLarge {
+                    what: "a record",
+                    limit: self.config.max_record_bytes as u64,
+                });
+            }
             records
         } else if spec.body.is_empty() {
             Vec::new()

@@ -829,3 +829,52 @@ async fn oversized_seal_bodies_are_413() {
         .expect_error(413, "body_too_large");
     assert_eq!(api.metadata("s").await.json()["sealed"], false);
 }
+
+#[tokio::test]
+async fn seal_bodies_and_cors() {
+    let (_dir, server) = start(&["--max-record-bytes", "100"]).await;
+    let api = alpha(&server);
+    assert_eq!(api.create("n", JSON_DOC).await.status, 201);
+    // A null final is a record.
+    let sealed = api.seal("n", r#"{"final": null}"#).await;
+    assert_eq!(sealed.status, 200, "{}", sealed.text());
+    assert_eq!(api.read("n", "", None).await.text(), "[null]");
+    assert_eq!(api.create("m", JSON_DOC).await.status, 201);
+    for body in ["[]", "[5]", "5", r#"{"final": 1, "routingKey": 7}"#] {
+        let refused = api.seal("m", body).await;
+        assert_eq!(refused.status, 400, "{body}: {}", refused.text());
+    }
+    assert_eq!(api.metadata("m").await.json()["sealed"], false);
+    // Records over --max-record-bytes are refused, nothing written.
+    let big = format!(r#""{}""#, "x".repeat(200));
+    api.append("m", "", &big)
+        .await
+        .expect_error(413, "body_too_large");
+    api.batch("m", "", &format!("[1, {big}]"))
+        .await
+        .expect_error(413, "body_too_large");
+    assert_eq!(api.read("m", "", None).await.text(), "[]");
+    // Browsers may send the product headers and read the cursor headers.
+    let pre = common::client()
+        .request(Method::OPTIONS, api.url("m/records"))
+        .send()
+        .await
+        .unwrap();
+    let allowed = pre.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(allowed.contains("Prisma-Encryption-Key") && allowed.contains("Prisma-Routing-Key"));
+    let page = api.read("m", "", None).await;
+    let exposed = page.header("access-control-expose-headers").unwrap();
+    assert!(exposed.contains("Prisma-Next-Cursor") && exposed.contains("Prisma-Sealed"));
+    // A UTF-8 producer id.
+    let utf8 = Api::send(producer(
+        api.request(Method::POST, "m/records").body("1"),
+        "écrivain",
+        0,
+        0,
+    ))
+    .await;
+    assert_eq!(utf8.status, 200, "{}", utf8.text());
+}

@@ -211,8 +211,8 @@ impl From<ServiceError> for ApiError {
 
 pub type ApiResult = Result<Response<Body>, ApiError>;
 
-const EXPOSE_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type, Retry-After";
-const ALLOW_HEADERS: &str = "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Stream-Encryption-Key, Producer-Id, Producer-Epoch, Producer-Seq";
+const EXPOSE_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Prisma-Next-Cursor, Prisma-Up-To-Date, Prisma-Sealed, ETag, Location, Content-Type, Retry-After";
+const ALLOW_HEADERS: &str = "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Stream-Encryption-Key, Prisma-Encryption-Key, Prisma-Routing-Key, Producer-Id, Producer-Epoch, Producer-Seq";
 const ALLOW_METHODS: &str = "GET, POST, PUT, DELETE, HEAD, OPTIONS";
 
 /// Headers on every response, errors included.

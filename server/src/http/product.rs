@@ -881,19 +881,30 @@ fn seal_body(body: &[u8]) -> Result<SealBody, ApiError> {
             routing_key: Bytes::new(),
         });
     }
-    // The final value's exact text is kept: find it with a raw-value parse.
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Doc<'a> {
-        #[serde(rename = "final", borrow, default)]
-        final_value: Option<&'a serde_json::value::RawValue>,
-        #[serde(rename = "routingKey", default)]
-        routing_key: Option<String>,
+    // The final value's exact text is kept (a raw-value parse); `null` is a
+    // record too, so presence is judged by the key, not the value.
+    let fields: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_slice(body).map_err(|_| {
+            bad(
+                "invalid_body",
+                "the seal body is {} or {\"final\": value, \"routingKey\"?: string}",
+            )
+        })?;
+    if let Some(unknown) = fields.keys().find(|k| *k != "final" && *k != "routingKey") {
+        return Err(bad(
+            "invalid_body",
+            format!("the seal body has an unknown field {unknown:?}"),
+        ));
     }
-    let doc: Doc<'_> = serde_json::from_slice(body)
-        .map_err(|e| bad("invalid_body", format!("the seal body: {e}")))?;
-    let routing_key = routing_key_bytes(doc.routing_key.unwrap_or_default().as_bytes())?;
-    let final_record = match doc.final_value {
+    let routing_key = match fields.get("routingKey") {
+        None => Bytes::new(),
+        Some(raw) => {
+            let text: String = serde_json::from_str(raw.get())
+                .map_err(|_| bad("invalid_routing_key", "routingKey must be a string"))?;
+            routing_key_bytes(text.as_bytes())?
+        }
+    };
+    let final_record = match fields.get("final") {
         Some(raw) => Some(
             json::one_record(raw.get().as_bytes())
                 .map_err(|e| bad("invalid_body", e.to_string()))?,

@@ -391,7 +391,14 @@ async fn create(
 }
 
 pub(crate) fn producer_headers(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
-    let id = header(headers, "producer-id")?;
+    // An id is UTF-8 (not only ASCII); the numbers are ASCII digits.
+    let id = match headers.get("producer-id") {
+        None => None,
+        Some(v) => Some(
+            std::str::from_utf8(v.as_bytes())
+                .map_err(|_| ApiError::bad_request("Producer-Id must be UTF-8"))?,
+        ),
+    };
     let epoch = header(headers, "producer-epoch")?;
     let seq = header(headers, "producer-seq")?;
     let (id, epoch, seq) = match (id, epoch, seq) {
