@@ -1,0 +1,1036 @@
+//! `docs/openapi.yaml` against the real binary: every documented operation is
+//! exercised with real requests, every answer's status must be one the
+//! document lists for that operation, documented JSON bodies (errors above
+//! all) must have the documented shape, and an error's code must be one of
+//! the response's `x-error-codes`. Every documented status and error code of
+//! every operation must also be produced at least once, except the few that
+//! only a failing store or an overloaded shard can cause ([`UNPROVOKED`]).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::product::{Answer, Api, BYTES_DOC, JSON_DOC, OTHER_KEY};
+use common::{client, free_port, Server, DEV_KEY};
+use reqwest::header::HeaderValue;
+use reqwest::{Method, RequestBuilder};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "openapi-test-token-of-alpha";
+/// The server's `--max-body-bytes` here (small, to provoke 413 cheaply).
+const MAX_BODY: usize = 64 << 10;
+/// Error codes only a failing store, a moving shard, an overloaded shard or
+/// a broken upload produce: documented, not provoked here.
+const UNPROVOKED: [&str; 4] = ["rate_limited", "internal", "unavailable", "bad_request"];
+
+/// The (path, method) pairs this test knows how to exercise.
+const KNOWN: [(&str, &str); 11] = [
+    ("/healthz", "get"),
+    ("/v1/streams", "get"),
+    ("/v1/streams/{name}", "put"),
+    ("/v1/streams/{name}", "get"),
+    ("/v1/streams/{name}", "delete"),
+    ("/v1/streams/{name}:seal", "post"),
+    ("/v1/streams/{name}/records", "post"),
+    ("/v1/streams/{name}/records", "get"),
+    ("/v1/streams/{name}/records:batch", "post"),
+    ("/v1/streams/{name}/records:long-poll", "get"),
+    ("/v1/streams/{name}/records:sse", "get"),
+];
+
+const SEAL: &str = "/v1/streams/{name}:seal";
+const COLLECTION: &str = "/v1/streams/{name}";
+const RECORDS: &str = "/v1/streams/{name}/records";
+const BATCH: &str = "/v1/streams/{name}/records:batch";
+const LONG_POLL: &str = "/v1/streams/{name}/records:long-poll";
+const SSE: &str = "/v1/streams/{name}/records:sse";
+const READS: [&str; 3] = [RECORDS, LONG_POLL, SSE];
+
+/// The parsed document.
+struct Spec {
+    doc: Value,
+}
+
+impl Spec {
+    fn load() -> Spec {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.yaml");
+        let text = std::fs::read_to_string(path).expect("docs/openapi.yaml");
+        let doc: Value = serde_norway::from_str(&text).expect("docs/openapi.yaml is YAML");
+        assert_eq!(doc["openapi"], "3.1.0");
+        Spec { doc }
+    }
+
+    /// Follows `$ref`s (local ones only).
+    fn resolve<'a>(&'a self, mut value: &'a Value) -> &'a Value {
+        for _ in 0..16 {
+            let Some(target) = value.get("$ref").and_then(Value::as_str) else {
+                return value;
+            };
+            let pointer = target.strip_prefix('#').expect("a local $ref");
+            value = self
+                .doc
+                .pointer(pointer)
+                .unwrap_or_else(|| panic!("dangling $ref {target}"));
+        }
+        panic!("$ref chain too long");
+    }
+
+    /// Every documented (path, method).
+    fn operations(&self) -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        for (path, item) in self.doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                if [
+                    "get", "put", "post", "delete", "patch", "head", "options", "trace",
+                ]
+                .contains(&method.as_str())
+                {
+                    out.insert((path.clone(), method.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    fn operation(&self, path: &str, method: &str) -> &Value {
+        let op = &self.doc["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} is not documented");
+        op
+    }
+
+    /// The documented responses of an operation: status → response.
+    fn responses(&self, path: &str, method: &str) -> BTreeMap<u16, &Value> {
+        self.operation(path, method)["responses"]
+            .as_object()
+            .expect("responses")
+            .iter()
+            .map(|(status, r)| {
+                let status: u16 = status.parse().expect("statuses are numbers");
+                (status, self.resolve(r))
+            })
+            .collect()
+    }
+
+    /// Checks `value` against a JSON schema (the keywords the document uses).
+    fn validate(&self, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+        let schema = self.resolve(schema);
+        if let Some(options) = schema.get("oneOf").and_then(Value::as_array) {
+            let matching = options
+                .iter()
+                .filter(|s| self.validate(s, value, at).is_ok())
+                .count();
+            if matching != 1 {
+                return Err(format!("{at}: {matching} oneOf branches match {value}"));
+            }
+        }
+        if let Some(c) = schema.get("const") {
+            if c != value {
+                return Err(format!("{at}: {value} is not {c}"));
+            }
+        }
+        if let Some(types) = schema.get("type") {
+            let types: Vec<&str> = match types {
+                Value::String(t) => vec![t.as_str()],
+                Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+                _ => return Err(format!("{at}: bad type keyword")),
+            };
+            let ok = types.iter().any(|t| match *t {
+                "object" => value.is_object(),
+                "array" => value.is_array(),
+                "string" => value.is_string(),
+                "integer" => value.is_u64() || value.is_i64(),
+                "number" => value.is_number(),
+                "boolean" => value.is_boolean(),
+                "null" => value.is_null(),
+                _ => false,
+            });
+            if !ok {
+                return Err(format!("{at}: {value} is not of type {types:?}"));
+            }
+        }
+        if let Some(object) = value.as_object() {
+            for required in schema
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let name = required.as_str().expect("required names");
+                if !object.contains_key(name) {
+                    return Err(format!("{at}: missing {name:?} in {value}"));
+                }
+            }
+            let properties = schema.get("properties").and_then(Value::as_object);
+            for (k, v) in object {
+                match properties.and_then(|p| p.get(k)) {
+                    Some(s) => self.validate(s, v, &format!("{at}.{k}"))?,
+                    None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                        return Err(format!("{at}: undocumented property {k:?} in {value}"))
+                    }
+                    None => {}
+                }
+            }
+        }
+        if let Some(items) = value.as_array() {
+            if let Some(s) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    self.validate(s, item, &format!("{at}[{i}]"))?;
+                }
+            }
+            let len = items.len() as u64;
+            if schema["minItems"].as_u64().is_some_and(|m| len < m)
+                || schema["maxItems"].as_u64().is_some_and(|m| len > m)
+            {
+                return Err(format!("{at}: {len} items out of bounds"));
+            }
+        }
+        if let Some(n) = value.as_i64() {
+            if schema["minimum"].as_i64().is_some_and(|m| n < m)
+                || schema["maximum"].as_i64().is_some_and(|m| n > m)
+            {
+                return Err(format!("{at}: {n} out of bounds"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Sends requests, checks each answer against the document, and records
+/// which statuses and codes each operation produced.
+struct Checker {
+    spec: Spec,
+    http: reqwest::Client,
+    base: String,
+    seen: BTreeMap<(String, String), BTreeSet<(u16, String)>>,
+}
+
+impl Checker {
+    fn url(&self, template: &str, name: &str) -> String {
+        format!("{}{}", self.base, template.replace("{name}", name))
+    }
+
+    /// A request with the token and the stream key.
+    fn req(&self, method: Method, template: &str, name: &str) -> RequestBuilder {
+        self.bare(method, template, name)
+            .header("prisma-encryption-key", DEV_KEY)
+    }
+
+    /// A request with the token only.
+    fn bare(&self, method: Method, template: &str, name: &str) -> RequestBuilder {
+        self.http
+            .request(method, self.url(template, name))
+            .bearer_auth(TOKEN)
+    }
+
+    /// Sends, checks against the document, and asserts the expected status
+    /// and error code (`""` for a success).
+    async fn expect(
+        &mut self,
+        template: &str,
+        builder: RequestBuilder,
+        status: u16,
+        code: &str,
+    ) -> Answer {
+        let request = builder.build().expect("request");
+        let method = request.method().as_str().to_ascii_lowercase();
+        let what = format!("{} {}", request.method(), request.url());
+        let answer = Answer::from(self.http.execute(request).await.expect("request sent")).await;
+        let got_code = self.check(template, &method, &answer, &what);
+        assert_eq!(
+            (answer.status, got_code.as_str()),
+            (status, code),
+            "{what}: {}",
+            answer.text()
+        );
+        answer
+    }
+
+    /// Checks one answer against the operation's documented responses and
+    /// returns its error code (`""` when it has none).
+    fn check(&mut self, template: &str, method: &str, answer: &Answer, what: &str) -> String {
+        let responses = self.spec.responses(template, method);
+        let Some(response) = responses.get(&answer.status) else {
+            panic!(
+                "{what}: status {} is not documented for {method} {template} (documented: {:?}); body {}",
+                answer.status,
+                responses.keys().collect::<Vec<_>>(),
+                answer.text()
+            );
+        };
+        // Documented headers: required ones present, constants equal.
+        if let Some(headers) = response.get("headers").and_then(Value::as_object) {
+            for (name, header) in headers {
+                let header = self.spec.resolve(header);
+                let got = answer.header(name);
+                if header["required"] == true {
+                    assert!(
+                        got.is_some(),
+                        "{what}: header {name} is documented as required"
+                    );
+                }
+                if let (Some(got), Some(c)) = (got, header["schema"]["const"].as_str()) {
+                    assert_eq!(got, c, "{what}: header {name}");
+                }
+            }
+        }
+        let mut code = String::new();
+        match response.get("content").and_then(Value::as_object) {
+            None => assert!(
+                answer.body.is_empty() || template == "/healthz",
+                "{what}: a documented empty answer has a body: {}",
+                answer.text()
+            ),
+            Some(content) => {
+                let media = media_type(answer.header("content-type").unwrap_or(""));
+                // The exact media type first, then ranges (`type/*`, `*/*`).
+                let range = |documented: &str| {
+                    documented == "*/*"
+                        || documented
+                            .strip_suffix("/*")
+                            .is_some_and(|t| media.starts_with(&format!("{t}/")))
+                };
+                let entry = content
+                    .get(&media)
+                    .or_else(|| {
+                        content
+                            .iter()
+                            .find(|(documented, _)| range(documented))
+                            .map(|(_, entry)| entry)
+                    })
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{what}: content type {media:?} is not documented for {}",
+                            answer.status
+                        )
+                    });
+                if media == "application/json" {
+                    let body: Value = serde_json::from_slice(&answer.body)
+                        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", answer.text()));
+                    if let Err(e) = self.spec.validate(&entry["schema"], &body, "body") {
+                        panic!("{what}: the body does not match the documented schema: {e}");
+                    }
+                    if let Some(codes) = response.get("x-error-codes").and_then(Value::as_array) {
+                        code = body["error"]["code"].as_str().unwrap_or("").to_string();
+                        assert!(
+                            codes.iter().any(|c| c == code.as_str()),
+                            "{what}: code {code:?} is not among {} documented codes {codes:?}",
+                            answer.status
+                        );
+                        let retryable = matches!(answer.status, 429 | 503);
+                        assert_eq!(body["error"]["retryable"], retryable, "{what}");
+                    }
+                }
+            }
+        }
+        if template != "/healthz" {
+            assert_eq!(answer.header("cache-control"), Some("no-store"), "{what}");
+        }
+        self.seen
+            .entry((template.to_string(), method.to_string()))
+            .or_default()
+            .insert((answer.status, code.clone()));
+        code
+    }
+
+    /// The name, query and removed-input errors every `{name}` route has.
+    async fn generic_400(&mut self, template: &str, method: Method, name: &str) {
+        let with_body = |b: RequestBuilder| {
+            if method == Method::POST {
+                b.body("1")
+            } else {
+                b
+            }
+        };
+        let url = self.url(template, name);
+        let cases: [(RequestBuilder, &str); 5] = [
+            (
+                self.req(method.clone(), template, name)
+                    .header("stream-ttl", "60"),
+                "unknown_field",
+            ),
+            (
+                self.http
+                    .request(method.clone(), format!("{url}?colour=red"))
+                    .bearer_auth(TOKEN)
+                    .header("prisma-encryption-key", DEV_KEY),
+                "unknown_parameter",
+            ),
+            (
+                self.http
+                    .request(method.clone(), format!("{url}?colour=a&colour=b"))
+                    .bearer_auth(TOKEN)
+                    .header("prisma-encryption-key", DEV_KEY),
+                "duplicate_parameter",
+            ),
+            (
+                self.http
+                    .request(method.clone(), format!("{url}?colour=%FF"))
+                    .bearer_auth(TOKEN)
+                    .header("prisma-encryption-key", DEV_KEY),
+                "invalid_parameter",
+            ),
+            (self.req(method.clone(), template, "a//b"), "invalid_name"),
+        ];
+        for (builder, code) in cases {
+            self.expect(template, with_body(builder), 400, code).await;
+        }
+    }
+
+    /// The stream-key header errors of a route that needs the key.
+    async fn key_400(&mut self, template: &str, method: Method, name: &str, body: &'static str) {
+        let base = || self.bare(method.clone(), template, name).body(body);
+        let cases = [
+            (base(), "missing_key"),
+            (
+                base().header("prisma-encryption-key", "too-short"),
+                "invalid_key",
+            ),
+            (
+                base().header(
+                    "prisma-encryption-key",
+                    HeaderValue::from_bytes(b"\xffkey").unwrap(),
+                ),
+                "invalid_header",
+            ),
+        ];
+        for (builder, code) in cases {
+            self.expect(template, builder, 400, code).await;
+        }
+    }
+
+    /// 401 without a token.
+    async fn unauthorized(&mut self, template: &str, method: Method, name: &str) {
+        let builder = self
+            .http
+            .request(method, self.url(template, name))
+            .header("prisma-encryption-key", DEV_KEY);
+        self.expect(template, builder, 401, "unauthorized").await;
+    }
+}
+
+fn producer(builder: RequestBuilder, id: &str, epoch: u64, seq: u64) -> RequestBuilder {
+    common::product::producer(builder, id, epoch, seq)
+}
+
+#[tokio::test]
+async fn every_documented_operation_answers_as_documented() {
+    let spec = Spec::load();
+    // The document and this test know the same operations.
+    let documented = spec.operations();
+    let known: BTreeSet<(String, String)> = KNOWN
+        .iter()
+        .map(|(p, m)| (p.to_string(), m.to_string()))
+        .collect();
+    assert_eq!(
+        documented, known,
+        "docs/openapi.yaml and tests/openapi.rs must list the same operations"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let max_body = MAX_BODY.to_string();
+    let server = Server::start(
+        dir.path().to_str().unwrap(),
+        free_port(),
+        &[
+            "--project-token",
+            &format!("alpha:{TOKEN}"),
+            "--max-body-bytes",
+            &max_body,
+        ],
+    )
+    .await;
+    let mut c = Checker {
+        spec,
+        http: client(),
+        base: server.base.clone(),
+        seen: BTreeMap::new(),
+    };
+
+    // /healthz
+    let health = c.http.get(format!("{}/healthz", c.base));
+    assert_eq!(c.expect("/healthz", health, 200, "").await.text(), "ok\n");
+
+    // ------------------------------------------------------------ collections
+    let watches = r#"{"format":{"kind":"json"},"expiry":{"idle":"1d"},"watches":[{"name":"w","fields":["/a"]}]}"#;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "j").body(watches),
+        201,
+        "",
+    )
+    .await;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "j").body(watches),
+        200,
+        "",
+    )
+    .await;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "b").body(BYTES_DOC),
+        201,
+        "",
+    )
+    .await;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "j").body(BYTES_DOC),
+        409,
+        "config_mismatch",
+    )
+    .await;
+    let other_key = c
+        .bare(Method::PUT, COLLECTION, "j")
+        .header("prisma-encryption-key", OTHER_KEY)
+        .body(watches);
+    c.expect(COLLECTION, other_key, 403, "wrong_key").await;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "c").body("{}"),
+        400,
+        "invalid_config",
+    )
+    .await;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "a:scan").body(JSON_DOC),
+        404,
+        "unknown_route",
+    )
+    .await;
+    c.key_400(COLLECTION, Method::PUT, "c", JSON_DOC).await;
+    for method in [Method::PUT, Method::GET, Method::DELETE] {
+        c.generic_400(COLLECTION, method.clone(), "j").await;
+        c.unauthorized(COLLECTION, method.clone(), "j").await;
+        if method != Method::PUT {
+            c.expect(
+                COLLECTION,
+                c.bare(method.clone(), COLLECTION, "missing"),
+                404,
+                "not_found",
+            )
+            .await;
+            c.expect(
+                COLLECTION,
+                c.bare(method.clone(), COLLECTION, "j/watches/w"),
+                404,
+                "unknown_route",
+            )
+            .await;
+        }
+    }
+    c.expect(COLLECTION, c.bare(Method::GET, COLLECTION, "j"), 200, "")
+        .await;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "d").body(JSON_DOC),
+        201,
+        "",
+    )
+    .await;
+    c.expect(COLLECTION, c.bare(Method::DELETE, COLLECTION, "d"), 204, "")
+        .await;
+
+    // A deleted collection that a raw fork still reads: 410 gone (409 on create).
+    let raw = |method: Method, name: &str| {
+        client()
+            .request(method, server.url(name))
+            .bearer_auth(TOKEN)
+            .header("stream-encryption-key", DEV_KEY)
+            .header("content-type", "application/json")
+    };
+    assert_eq!(raw(Method::PUT, "src").send().await.unwrap().status(), 201);
+    let fork = raw(Method::PUT, "fk")
+        .header("stream-forked-from", "/v1/stream/src")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fork.status(), 201);
+    c.expect(
+        COLLECTION,
+        c.bare(Method::DELETE, COLLECTION, "src"),
+        204,
+        "",
+    )
+    .await;
+    c.expect(
+        COLLECTION,
+        c.bare(Method::GET, COLLECTION, "src"),
+        410,
+        "gone",
+    )
+    .await;
+    c.expect(
+        COLLECTION,
+        c.bare(Method::DELETE, COLLECTION, "src"),
+        410,
+        "gone",
+    )
+    .await;
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "src").body(JSON_DOC),
+        409,
+        "gone",
+    )
+    .await;
+
+    // ---------------------------------------------------------------- appends
+    for template in [RECORDS, BATCH] {
+        let batch = template == BATCH;
+        let one = if batch { "[1]" } else { "1" };
+        c.generic_400(template, Method::POST, "j").await;
+        c.unauthorized(template, Method::POST, "j").await;
+        c.key_400(template, Method::POST, "j", one).await;
+        c.expect(
+            template,
+            c.req(Method::POST, template, "j").body(one),
+            200,
+            "",
+        )
+        .await;
+        c.expect(
+            template,
+            c.req(Method::POST, template, "missing").body(one),
+            404,
+            "not_found",
+        )
+        .await;
+        c.expect(
+            template,
+            c.req(Method::POST, template, "src").body(one),
+            410,
+            "gone",
+        )
+        .await;
+        let wrong = c
+            .bare(Method::POST, template, "j")
+            .header("prisma-encryption-key", OTHER_KEY)
+            .body(one);
+        c.expect(template, wrong, 403, "stale_or_wrong_credentials")
+            .await;
+        let typed = c
+            .req(Method::POST, template, "j")
+            .header("content-type", "text/plain")
+            .body(one);
+        c.expect(template, typed, 409, "content_type_mismatch")
+            .await;
+        let routed = c
+            .req(Method::POST, template, "j")
+            .header("prisma-routing-key", "r".repeat(1025))
+            .body(one);
+        c.expect(template, routed, 400, "invalid_routing_key").await;
+        let partial = c
+            .req(Method::POST, template, "j")
+            .header("producer-id", "p")
+            .body(one);
+        c.expect(template, partial, 400, "invalid_producer").await;
+        c.expect(
+            template,
+            c.req(Method::POST, template, "j").body("{oops"),
+            400,
+            "invalid_body",
+        )
+        .await;
+        let huge = format!("[\"{}\"]", "x".repeat(MAX_BODY));
+        c.expect(
+            template,
+            c.req(Method::POST, template, "j").body(huge),
+            413,
+            "body_too_large",
+        )
+        .await;
+        // Producers, on their own routing key.
+        let id = if batch { "batcher" } else { "writer" };
+        let send = |c: &Checker, epoch: u64, seq: u64, body: &'static str| {
+            producer(
+                c.req(Method::POST, template, "j")
+                    .header("prisma-routing-key", "pk")
+                    .body(body),
+                id,
+                epoch,
+                seq,
+            )
+        };
+        let (a, b) = if batch { ("[1]", "[2]") } else { ("1", "2") };
+        let first = c.expect(template, send(&c, 0, 0, a), 200, "").await;
+        let retry = c.expect(template, send(&c, 0, 0, a), 200, "").await;
+        assert_eq!(retry.json()["duplicate"], true);
+        assert_eq!(retry.json()["cursor"], first.json()["cursor"]);
+        c.expect(template, send(&c, 0, 0, b), 409, "producer_sequence_reused")
+            .await;
+        let gap = c
+            .expect(template, send(&c, 0, 5, b), 409, "producer_gap")
+            .await;
+        assert_eq!(
+            gap.json()["error"]["details"],
+            json!({"expected": 1, "received": 5})
+        );
+        c.expect(
+            template,
+            send(&c, 1, 3, b),
+            400,
+            "producer_epoch_must_start_at_zero",
+        )
+        .await;
+        c.expect(template, send(&c, 1, 0, b), 200, "").await;
+        let stale = c
+            .expect(template, send(&c, 0, 1, b), 403, "stale_producer_epoch")
+            .await;
+        assert_eq!(stale.json()["error"]["details"], json!({"currentEpoch": 1}));
+    }
+    c.expect(
+        RECORDS,
+        c.req(Method::POST, RECORDS, "b").body(""),
+        400,
+        "empty_body",
+    )
+    .await;
+    c.expect(
+        RECORDS,
+        c.req(Method::POST, RECORDS, "b").body(vec![0u8, 255]),
+        200,
+        "",
+    )
+    .await;
+    c.expect(
+        BATCH,
+        c.req(Method::POST, BATCH, "b").body("[1]"),
+        405,
+        "batch_unsupported_format",
+    )
+    .await;
+    c.expect(
+        BATCH,
+        c.req(Method::POST, BATCH, "j").body("[]"),
+        400,
+        "empty_batch",
+    )
+    .await;
+    c.expect(
+        BATCH,
+        c.req(Method::POST, BATCH, "j").body(r#"{"a":1}"#),
+        400,
+        "invalid_body",
+    )
+    .await;
+    let too_many = format!("[{}]", vec!["1"; 10_001].join(","));
+    c.expect(
+        BATCH,
+        c.req(Method::POST, BATCH, "j").body(too_many),
+        400,
+        "batch_too_large",
+    )
+    .await;
+
+    // ------------------------------------------------------------------ reads
+    for template in READS {
+        let url = c.url(template, "j");
+        let q = |query: &str| format!("{url}?{query}");
+        let get = |c: &Checker, url: String| {
+            c.http
+                .get(url)
+                .bearer_auth(TOKEN)
+                .header("prisma-encryption-key", DEV_KEY)
+        };
+        c.generic_400(template, Method::GET, "j").await;
+        c.unauthorized(template, Method::GET, "j").await;
+        c.key_400(template, Method::GET, "j", "").await;
+        let first = if template == RECORDS {
+            "maxBytes=4096"
+        } else {
+            "waitMs=100"
+        };
+        let page = c.expect(template, get(&c, q(first)), 200, "").await;
+        if template == SSE {
+            assert!(
+                page.text().starts_with("event: data\ndata:[1"),
+                "{}",
+                page.text()
+            );
+        } else {
+            assert_eq!(page.json()[0], 1);
+        }
+        c.expect(template, get(&c, q("offset=-1")), 400, "unknown_field")
+            .await;
+        c.expect(
+            template,
+            get(&c, q("maxBytes=lots")),
+            400,
+            "invalid_parameter",
+        )
+        .await;
+        c.expect(
+            template,
+            get(&c, q("cursor=0000000000000000_0000000000000001")),
+            400,
+            "invalid_cursor",
+        )
+        .await;
+        let long_key = format!("routingKey={}", "r".repeat(1025));
+        c.expect(template, get(&c, q(&long_key)), 400, "invalid_routing_key")
+            .await;
+        let wrong = c
+            .bare(Method::GET, template, "j")
+            .header("prisma-encryption-key", OTHER_KEY);
+        c.expect(template, wrong, 403, "wrong_key").await;
+        c.expect(
+            template,
+            c.req(Method::GET, template, "missing"),
+            404,
+            "not_found",
+        )
+        .await;
+        c.expect(template, c.req(Method::GET, template, "src"), 410, "gone")
+            .await;
+        if template != RECORDS {
+            c.expect(
+                template,
+                get(&c, q("waitMs=soon")),
+                400,
+                "invalid_parameter",
+            )
+            .await;
+        }
+    }
+    let binary = c
+        .expect(RECORDS, c.req(Method::GET, RECORDS, "b"), 200, "")
+        .await;
+    assert_eq!(&binary.body[..], &[0u8, 255]);
+    let idle = format!("{}?cursor=now&waitMs=50", c.url(LONG_POLL, "j"));
+    let idle = c
+        .http
+        .get(idle)
+        .bearer_auth(TOKEN)
+        .header("prisma-encryption-key", DEV_KEY);
+    c.expect(LONG_POLL, idle, 204, "").await;
+
+    // ------------------------------------------------------------------- seal
+    c.generic_400(SEAL, Method::POST, "j").await;
+    c.unauthorized(SEAL, Method::POST, "j").await;
+    let routing_query = format!("{}?routingKey=k", c.url(SEAL, "j"));
+    let routing_query = c.http.post(routing_query).bearer_auth(TOKEN).body("{}");
+    c.expect(SEAL, routing_query, 400, "unknown_field").await;
+    // Refusals that leave `j` open.
+    let seal_j = |c: &Checker| c.req(Method::POST, SEAL, "j");
+    c.expect(
+        SEAL,
+        seal_j(&c).body(r#"{"final":1,"extra":2}"#),
+        400,
+        "invalid_body",
+    )
+    .await;
+    let long_key = format!(r#"{{"final":1,"routingKey":"{}"}}"#, "r".repeat(1025));
+    c.expect(SEAL, seal_j(&c).body(long_key), 400, "invalid_routing_key")
+        .await;
+    c.expect(
+        SEAL,
+        seal_j(&c).header("producer-id", "p").body("{}"),
+        400,
+        "invalid_producer",
+    )
+    .await;
+    let keyless = c.bare(Method::POST, SEAL, "j").body(r#"{"final":1}"#);
+    c.expect(SEAL, keyless, 400, "missing_key").await;
+    let bad_key = c
+        .bare(Method::POST, SEAL, "j")
+        .header("prisma-encryption-key", "too-short")
+        .body("{}");
+    c.expect(SEAL, bad_key, 400, "invalid_key").await;
+    let bad_header = c
+        .bare(Method::POST, SEAL, "j")
+        .header(
+            "prisma-encryption-key",
+            HeaderValue::from_bytes(b"\xffkey").unwrap(),
+        )
+        .body("{}");
+    c.expect(SEAL, bad_header, 400, "invalid_header").await;
+    let wrong = c
+        .bare(Method::POST, SEAL, "j")
+        .header("prisma-encryption-key", OTHER_KEY)
+        .body(r#"{"final":1}"#);
+    c.expect(SEAL, wrong, 403, "stale_or_wrong_credentials")
+        .await;
+    let huge = format!(r#"{{"final":"{}"}}"#, "x".repeat(MAX_BODY));
+    c.expect(SEAL, seal_j(&c).body(huge), 413, "body_too_large")
+        .await;
+    c.expect(
+        SEAL,
+        c.req(Method::POST, SEAL, "b").body(r#"{"final":1}"#),
+        400,
+        "invalid_body",
+    )
+    .await;
+    c.expect(
+        SEAL,
+        c.req(Method::POST, SEAL, "missing").body("{}"),
+        404,
+        "not_found",
+    )
+    .await;
+    c.expect(
+        SEAL,
+        c.req(Method::POST, SEAL, "src").body("{}"),
+        410,
+        "gone",
+    )
+    .await;
+    // Producer refusals on the default key of `j` (writer's state: epoch 1).
+    let final_seal = |c: &Checker, epoch: u64, seq: u64| {
+        producer(seal_j(c).body(r#"{"final":"end"}"#), "sealer", epoch, seq)
+    };
+    let state = producer(c.req(Method::POST, RECORDS, "j").body("0"), "sealer", 2, 0);
+    c.expect(RECORDS, state, 200, "").await;
+    c.expect(SEAL, final_seal(&c, 1, 0), 403, "stale_producer_epoch")
+        .await;
+    c.expect(
+        SEAL,
+        final_seal(&c, 3, 2),
+        400,
+        "producer_epoch_must_start_at_zero",
+    )
+    .await;
+    c.expect(SEAL, final_seal(&c, 2, 4), 409, "producer_gap")
+        .await;
+    assert_eq!(
+        c.expect(COLLECTION, c.bare(Method::GET, COLLECTION, "j"), 200, "")
+            .await
+            .json()["sealed"],
+        false,
+        "refused seals leave the collection open"
+    );
+    // A final seal, its retry, a reused sequence, then plain seals.
+    let sealed = c.expect(SEAL, final_seal(&c, 2, 1), 200, "").await;
+    assert_eq!(sealed.json()["sealed"], true);
+    let retry = c.expect(SEAL, final_seal(&c, 2, 1), 200, "").await;
+    assert_eq!(retry.json()["duplicate"], true);
+    let reused = producer(seal_j(&c).body(r#"{"final":"other"}"#), "sealer", 2, 1);
+    c.expect(SEAL, reused, 409, "producer_sequence_reused")
+        .await;
+    c.expect(SEAL, seal_j(&c).body(r#"{"final":2}"#), 409, "sealed")
+        .await;
+    let plain = c
+        .expect(SEAL, c.bare(Method::POST, SEAL, "j").body("{}"), 200, "")
+        .await;
+    assert_eq!(plain.json(), json!({"sealed": true}));
+    c.expect(
+        RECORDS,
+        c.req(Method::POST, RECORDS, "j").body("3"),
+        409,
+        "sealed",
+    )
+    .await;
+    c.expect(
+        BATCH,
+        c.req(Method::POST, BATCH, "j").body("[3]"),
+        409,
+        "sealed",
+    )
+    .await;
+
+    // ---------------------------------------------------------------- catalog
+    let catalog = |c: &Checker, query: &str| {
+        c.http
+            .get(format!("{}/v1/streams{query}", c.base))
+            .bearer_auth(TOKEN)
+    };
+    let first = c
+        .expect("/v1/streams", catalog(&c, "?limit=1"), 200, "")
+        .await;
+    let cursor = first.json()["cursor"]
+        .as_str()
+        .expect("more pages")
+        .to_string();
+    c.expect(
+        "/v1/streams",
+        catalog(&c, &format!("?cursor={cursor}")),
+        200,
+        "",
+    )
+    .await;
+    for (query, code) in [
+        ("?limit=0", "invalid_parameter"),
+        ("?limit=%FF", "invalid_parameter"),
+        ("?cursor=!!!", "invalid_cursor"),
+        ("?colour=red", "unknown_parameter"),
+        ("?limit=1&limit=2", "duplicate_parameter"),
+        ("?key=x", "unknown_field"),
+    ] {
+        c.expect("/v1/streams", catalog(&c, query), 400, code).await;
+    }
+    let anonymous = c.http.get(format!("{}/v1/streams", c.base));
+    c.expect("/v1/streams", anonymous, 401, "unauthorized")
+        .await;
+
+    // Live-reader capacity: a server with no live slots.
+    let dir_b = tempfile::tempdir().unwrap();
+    let server_b = Server::start(
+        dir_b.path().to_str().unwrap(),
+        free_port(),
+        &[
+            "--project-token",
+            &format!("alpha:{TOKEN}"),
+            "--max-live-connections",
+            "0",
+        ],
+    )
+    .await;
+    let api_b = Api::new(&server_b, Some(TOKEN), DEV_KEY);
+    assert_eq!(api_b.create("live", JSON_DOC).await.status, 201);
+    let base_a = std::mem::replace(&mut c.base, server_b.base.clone());
+    for template in [LONG_POLL, SSE] {
+        c.expect(
+            template,
+            c.req(Method::GET, template, "live"),
+            503,
+            "subscription_capacity",
+        )
+        .await;
+    }
+    c.base = base_a;
+
+    // Every documented status and code was produced by its operation.
+    let mut missing = Vec::new();
+    for (path, method) in &documented {
+        let seen = c
+            .seen
+            .get(&(path.clone(), method.clone()))
+            .cloned()
+            .unwrap_or_default();
+        for (status, response) in c.spec.responses(path, method) {
+            let codes: Vec<String> = response
+                .get("x-error-codes")
+                .and_then(Value::as_array)
+                .map(|codes| {
+                    codes
+                        .iter()
+                        .map(|c| c.as_str().expect("codes are strings").to_string())
+                        .collect()
+                })
+                .unwrap_or_else(|| vec![String::new()]);
+            for code in codes {
+                if UNPROVOKED.contains(&code.as_str()) {
+                    continue;
+                }
+                if !seen.contains(&(status, code.clone())) {
+                    missing.push(format!("{method} {path}: {status} {code}"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "documented but never produced:\n{}",
+        missing.join("\n")
+    );
+}
