@@ -167,6 +167,17 @@ impl Manifest {
     }
 }
 
+const INVALID_VERSION: ManifestError = ManifestError::Invalid {
+    field: "version",
+    reason: "manifest version and writer epoch are 1..u64::MAX (every manifest needs a successor)",
+};
+
+/// Versions and epochs start at 1 and stay below `u64::MAX`, so that the
+/// successor (`version + 1`) and the next claim (`epoch + 1`) always exist.
+fn version_and_epoch_are_valid(version: u64, epoch: u64) -> bool {
+    (1..u64::MAX).contains(&version) && (1..u64::MAX).contains(&epoch)
+}
+
 fn check_encodable(m: &Manifest) -> Result<(), ManifestError> {
     if m.shard.is_empty() || m.shard.len() > MAX_SHARD_NAME_BYTES {
         return Err(ManifestError::Invalid {
@@ -174,11 +185,8 @@ fn check_encodable(m: &Manifest) -> Result<(), ManifestError> {
             reason: "length must be 1..=64 bytes",
         });
     }
-    if m.version == 0 || m.writer.epoch == 0 {
-        return Err(ManifestError::Invalid {
-            field: "version",
-            reason: "manifest version and writer epoch start at 1",
-        });
+    if !version_and_epoch_are_valid(m.version, m.writer.epoch) {
+        return Err(INVALID_VERSION);
     }
     if m.replay.chain_end != NO_SLOT && m.replay.chain_end >= m.replay.slot {
         return Err(ManifestError::Invalid {
@@ -317,11 +325,8 @@ pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
             reason: "trailing bytes before the CRC",
         });
     }
-    if manifest_version == 0 || epoch == 0 {
-        return Err(ManifestError::Invalid {
-            field: "version",
-            reason: "manifest version and writer epoch start at 1",
-        });
+    if !version_and_epoch_are_valid(manifest_version, epoch) {
+        return Err(INVALID_VERSION);
     }
     Ok(Manifest {
         version: manifest_version,
@@ -453,6 +458,30 @@ mod tests {
                 assert!(decode(&Bytes::from(v)).is_err(), "byte {i} bit {bit}");
             }
         }
+    }
+
+    #[test]
+    fn versions_and_epochs_without_a_successor_are_refused() {
+        for (version, epoch) in [(u64::MAX, 1), (1, u64::MAX), (0, 1), (1, 0)] {
+            let mut m = sample();
+            m.version = version;
+            m.writer.epoch = epoch;
+            assert_eq!(encode(&m), Err(INVALID_VERSION), "{version} {epoch}");
+            // Written anyway (a forged object, CRC fixed): the decoder refuses it.
+            let mut ok = sample();
+            ok.version = 5;
+            let mut bytes = encode(&ok).unwrap().to_vec();
+            bytes[12..20].copy_from_slice(&version.to_le_bytes());
+            bytes[20..28].copy_from_slice(&epoch.to_le_bytes());
+            let crc_at = bytes.len() - 4;
+            let crc = crc32c::crc32c(&bytes[..crc_at]);
+            bytes[crc_at..].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(decode(&Bytes::from(bytes)), Err(INVALID_VERSION));
+        }
+        let mut top = sample();
+        top.version = u64::MAX - 1;
+        top.writer.epoch = u64::MAX - 1;
+        assert_eq!(decode(&encode(&top).unwrap()).unwrap(), top);
     }
 
     #[test]

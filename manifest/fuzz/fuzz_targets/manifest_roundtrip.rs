@@ -92,8 +92,8 @@ fuzz_target!(|input: Input| {
     };
     let encodable = !m.shard.is_empty()
         && m.shard.len() <= 64
-        && m.version >= 1
-        && m.writer.epoch >= 1
+        && (1..u64::MAX).contains(&m.version)
+        && (1..u64::MAX).contains(&m.writer.epoch)
         && (m.replay.chain_end == NO_SLOT || m.replay.chain_end < m.replay.slot)
         && m.fence_windows.iter().all(|w| w.start < w.end)
         && m.fence_windows.windows(2).all(|p| p[0].end < p[1].start);
