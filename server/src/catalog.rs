@@ -85,15 +85,7 @@ impl CasCodec for BucketCodec {
     }
 
     fn write_token(value: &Bucket) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = value
-                .write_token
-                .get(2 * i..2 * i + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .unwrap_or(0);
-        }
-        out
+        crate::hex::write_token(&value.write_token)
     }
 }
 
@@ -152,10 +144,6 @@ pub struct Catalog {
     entropy: Arc<dyn strata_engine::Entropy>,
 }
 
-fn hex16(bytes: [u8; 16]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Catalog {
     pub fn new(
         store: Arc<dyn ObjectStore>,
@@ -210,7 +198,7 @@ impl Catalog {
             let next = Bucket {
                 format: CATALOG_FORMAT,
                 entries,
-                write_token: hex16(self.entropy.bytes16()),
+                write_token: crate::hex::encode(&self.entropy.bytes16()),
             };
             let written = match &current {
                 Some(c) => object.replace(c, next).await,

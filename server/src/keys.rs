@@ -7,6 +7,7 @@
 
 use std::io::Read;
 
+use crate::hex::encode as hex;
 use base64::Engine as _;
 use bytes::Bytes;
 use clap::{Args, Subcommand};
@@ -79,10 +80,6 @@ pub struct KeyAndEpoch {
     /// Stream key (base64url or base64); or set STRATA_STREAM_KEY.
     #[arg(long)]
     key: Option<String>,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod catalog;
 pub mod ds;
+pub mod hex;
 pub mod http;
 pub mod keys;
 pub mod ops;

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::hex::decode as unhex;
 use bytes::Bytes;
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
@@ -111,17 +112,6 @@ impl Descriptor {
     }
 }
 
-fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
-    if text.len() != 2 * N {
-        return None;
-    }
-    let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
 impl Descriptor {
     pub fn stream_id_bytes(&self) -> Option<[u8; 16]> {
         unhex(&self.stream_id)
@@ -172,7 +162,7 @@ impl CasCodec for DescriptorCodec {
     }
 
     fn write_token(value: &Descriptor) -> [u8; 16] {
-        unhex(&value.write_token).unwrap_or([0; 16])
+        crate::hex::write_token(&value.write_token)
     }
 }
 

@@ -25,6 +25,7 @@ use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
 
 use crate::catalog::{Catalog, CatalogCursor, CatalogEntry, CatalogPage};
 use crate::ds::json;
+use crate::hex::encode as hex;
 use crate::product::config::WatchDef;
 use crate::reaper::Reaper;
 use crate::registry::{Descriptor, Entry, ForkOrigin, Registry, StreamState, DESCRIPTOR_FORMAT};
@@ -320,10 +321,6 @@ pub struct Streams {
     observer: OnceLock<Arc<dyn StreamObserver>>,
     /// Deadlines of streams that expire (see `reaper`).
     reaper: Arc<Reaper>,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Streams {

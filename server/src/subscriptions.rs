@@ -40,6 +40,7 @@ use strata_segments::StreamKey;
 use tokio::sync::Mutex;
 
 use crate::ds::offsets::Offset;
+use crate::hex::encode as hex;
 use crate::streams::{AppendSpec, StreamObserver, Streams, DEFAULT_PROJECT};
 
 const B64URL: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -149,15 +150,7 @@ impl CasCodec for SubRecordCodec {
     }
 
     fn write_token(value: &SubRecord) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = value
-                .write_token
-                .get(2 * i..2 * i + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .unwrap_or(0);
-        }
-        out
+        crate::hex::write_token(&value.write_token)
     }
 }
 
@@ -213,10 +206,6 @@ pub struct Subscriptions {
     subs: parking_lot::Mutex<HashMap<String, Arc<Sub>>>,
     http: reqwest::Client,
     allow_loopback_webhooks: bool,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Glob match over `/`-separated segments: `*` one segment, `**` any number.

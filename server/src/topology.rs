@@ -57,15 +57,7 @@ impl CasCodec for TopologyCodec {
     }
 
     fn write_token(value: &Topology) -> [u8; 16] {
-        let mut token = [0u8; 16];
-        for (i, byte) in token.iter_mut().enumerate() {
-            *byte = value
-                .write_token
-                .get(2 * i..2 * i + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .unwrap_or(0);
-        }
-        token
+        crate::hex::write_token(&value.write_token)
     }
 }
 

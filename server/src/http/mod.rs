@@ -248,6 +248,32 @@ fn preflight() -> Response<Body> {
     response
 }
 
+/// Decodes a stream name from a request path (percent-decoded once) and
+/// checks the rules both surfaces share: UTF-8, 1 to `max_bytes` bytes, no
+/// control characters, no empty, `.` or `..` segment, no leading `__`
+/// (reserved). Answers the problem in words.
+pub fn decode_stream_name(raw: &str, max_bytes: usize) -> Result<String, String> {
+    let name = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| "the name is not UTF-8".to_string())?;
+    if name.is_empty() || name.len() > max_bytes {
+        return Err(format!("use 1 to {max_bytes} bytes"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("control characters are not allowed".into());
+    }
+    if name
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err("empty, '.' and '..' path segments are not allowed".into());
+    }
+    if name.starts_with("__") {
+        return Err("names starting with '__' are reserved".into());
+    }
+    Ok(name.into_owned())
+}
+
 /// Reads a request body up to `limit` bytes (413 beyond it).
 pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
     match Limited::new(body, limit).collect().await {

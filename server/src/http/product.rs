@@ -191,31 +191,14 @@ fn split_target(rest: &str) -> Result<(&str, Target), ApiError> {
 /// Decodes and validates a collection name.
 pub fn collection_name(raw: &str) -> Result<String, ApiError> {
     let invalid = |why: &str| bad("invalid_name", format!("invalid collection name: {why}"));
-    let name = percent_decode(raw.as_bytes())
-        .decode_utf8()
-        .map_err(|_| invalid("not UTF-8"))?;
-    if name.is_empty() || name.len() > NAME_BYTES_MAX {
-        return Err(invalid("use 1 to 512 bytes"));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(invalid("control characters are not allowed"));
-    }
-    if name
-        .split('/')
-        .any(|s| s.is_empty() || s == "." || s == "..")
-    {
-        return Err(invalid("empty, '.' and '..' segments are not allowed"));
-    }
-    if name.starts_with("__") {
-        return Err(invalid("names starting with '__' are reserved"));
-    }
+    let name = super::decode_stream_name(raw, NAME_BYTES_MAX).map_err(|why| invalid(&why))?;
     let last = name.rsplit('/').next().unwrap_or("");
     if RESERVED_LAST_SEGMENTS.contains(&last) {
         return Err(invalid(
             "a name cannot end in 'records', 'consumers' or 'watches'",
         ));
     }
-    Ok(name.into_owned())
+    Ok(name)
 }
 
 /// The query's parameters, each at most once, strictly UTF-8.

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use strata_engine::{ProducerClaim, WaitOutcome};
 use strata_segments::StreamKey;
 
@@ -123,26 +123,8 @@ const NAME_ESCAPES: &AsciiSet = &CONTROLS
 
 /// Decodes and validates the stream name in a request path.
 pub fn stream_name(raw: &str) -> Result<String, ApiError> {
-    let name = percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| ApiError::bad_request("stream name is not UTF-8"))?;
-    let invalid = |why: &str| ApiError::bad_request(format!("invalid stream name: {why}"));
-    if name.is_empty() || name.len() > MAX_NAME_BYTES {
-        return Err(invalid("use 1 to 1024 bytes"));
-    }
-    if name.chars().any(|c| c.is_control()) {
-        return Err(invalid("control characters are not allowed"));
-    }
-    if name
-        .split('/')
-        .any(|s| s.is_empty() || s == "." || s == "..")
-    {
-        return Err(invalid("empty, '.' and '..' path segments are not allowed"));
-    }
-    if name.starts_with("__") {
-        return Err(invalid("names starting with '__' are reserved"));
-    }
-    Ok(name.into_owned())
+    super::decode_stream_name(raw, MAX_NAME_BYTES)
+        .map_err(|why| ApiError::bad_request(format!("invalid stream name: {why}")))
 }
 
 #[cfg(test)]
