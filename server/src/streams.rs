@@ -262,6 +262,8 @@ impl ReadOutcome {
 pub struct KeyView<'a> {
     pub routing_key: &'a [u8],
     pub max_bytes: usize,
+    /// Records a read returns at most (at least 1).
+    pub max_records: usize,
 }
 
 /// Where a read starts.
@@ -546,9 +548,14 @@ impl Streams {
         levels: &[Level],
         from: u64,
         tail: u64,
-        max_bytes: usize,
-        routing_key: &[u8],
+        view: KeyView<'_>,
     ) -> Result<(Vec<ReadRecord>, Vec<bool>, u64), ServiceError> {
+        let KeyView {
+            routing_key,
+            max_bytes,
+            max_records,
+        } = view;
+        let max_records = max_records.max(1);
         let mut out = Vec::new();
         let mut starts = Vec::new();
         let mut position = from;
@@ -573,13 +580,16 @@ impl Streams {
             // Each round either returns records or moves `position` forward;
             // a read that finds none of its key's records in READ_ROUNDS_MAX
             // rounds answers an empty page whose position has moved on.
-            while position < end && (out.is_empty() || bytes < max_bytes) {
+            while position < end
+                && (out.is_empty() || (bytes < max_bytes && out.len() < max_records))
+            {
                 if rounds >= READ_ROUNDS_MAX {
                     break;
                 }
                 rounds += 1;
                 let limits = ReadLimits {
-                    max_records: (end - position).min(10_000) as usize,
+                    max_records: ((end - position).min(10_000) as usize)
+                        .min(max_records - out.len()),
                     max_bytes: max_bytes.saturating_sub(bytes).max(1),
                 };
                 let batch = level
@@ -596,7 +606,7 @@ impl Streams {
                 let mut capped = false;
                 for record in batch.records {
                     let at = level.base + record.offset;
-                    if at >= end {
+                    if at >= end || out.len() >= max_records {
                         capped = true;
                         break;
                     }
@@ -888,8 +898,12 @@ impl Streams {
         let mut prefix = None;
         if fork.sub_offset > 0 {
             let n = fork.sub_offset;
-            let (records, starts, _) =
-                Self::read_chain(&levels, offset, tail, usize::MAX, b"").await?;
+            let everything = KeyView {
+                routing_key: b"",
+                max_bytes: usize::MAX,
+                max_records: usize::MAX,
+            };
+            let (records, starts, _) = Self::read_chain(&levels, offset, tail, everything).await?;
             let first_batch = records
                 .iter()
                 .zip(&starts)
@@ -1222,6 +1236,7 @@ impl Streams {
         let view = KeyView {
             routing_key: b"",
             max_bytes: self.config.read_chunk_bytes,
+            max_records: usize::MAX,
         };
         self.read_key(project, name, from, key, view).await
     }
@@ -1249,8 +1264,7 @@ impl Streams {
             }
             ReadFrom::Position(p) => p,
         };
-        let (records, _, next) =
-            Self::read_chain(&levels, from, tail, view.max_bytes, view.routing_key).await?;
+        let (records, _, next) = Self::read_chain(&levels, from, tail, view).await?;
         entry.touch(self.now_ms());
         Ok(ReadOutcome {
             records,

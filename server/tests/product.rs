@@ -283,12 +283,19 @@ async fn batches_are_atomic_and_bounded() {
     )
     .await;
     assert_eq!(raw.status, 200);
+    let raw2 = Api::send(api.request(Method::POST, "b/records").body(vec![9u8, 9])).await;
+    assert_eq!(raw2.status, 200);
+    // A bytes page is one record's bytes: record boundaries survive.
     let read = api.read("b", "", None).await;
     assert_eq!(&read.body[..], &[0u8, 1, 2, 255]);
     assert_eq!(
         read.header("content-type"),
         Some("application/octet-stream")
     );
+    assert!(read.header("prisma-up-to-date").is_none());
+    let second = api.read("b", "", Some(&read.cursor())).await;
+    assert_eq!(&second.body[..], &[9u8, 9]);
+    assert_eq!(second.header("prisma-up-to-date"), Some("true"));
     // Content type, body size and routing key limits.
     let wrong_type = Api::send(
         api.request(Method::POST, "j/records")

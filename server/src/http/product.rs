@@ -621,6 +621,7 @@ pub async fn handle(
                         key,
                         routing_key,
                         max_bytes,
+                        max_records: usize::MAX,
                     };
                     read(state.clone(), call, cursor, transport).await
                 }
@@ -985,6 +986,9 @@ struct ReadCall {
     key: StreamKey,
     routing_key: Bytes,
     max_bytes: usize,
+    /// 1 on bytes collections: a page's body is one record's bytes, so record
+    /// boundaries survive; JSON pages are arrays of any length.
+    max_records: usize,
 }
 
 impl ReadCall {
@@ -1001,6 +1005,7 @@ impl ReadCall {
         let view = KeyView {
             routing_key: &self.routing_key,
             max_bytes: self.max_bytes,
+            max_records: self.max_records,
         };
         state
             .streams
@@ -1030,12 +1035,20 @@ fn page_response(scope: &CursorScope<'_>, outcome: &ReadOutcome) -> Response<Bod
 
 async fn read(
     state: Arc<AppState>,
-    call: ReadCall,
+    mut call: ReadCall,
     cursor: CursorParam,
     transport: Transport,
 ) -> ApiResult {
     // Exists (404/410) and the key is the collection's (403) before the
     // cursor is judged.
+    let meta = state
+        .streams
+        .head(&call.project, &call.name)
+        .await
+        .map_err(service_error)?;
+    if !is_json(&meta.content_type) {
+        call.max_records = 1;
+    }
     let epoch = state
         .streams
         .epoch_for(&call.project, &call.name, &call.key)
