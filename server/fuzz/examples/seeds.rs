@@ -54,5 +54,38 @@ fn main() {
             .collect();
         write("http_request", &format!("bytes-{i}"), &seed);
         write("cursor", &format!("bytes-{i}"), &seed);
+        write("product_tokens", &format!("bytes-{i}"), &seed);
+    }
+    // Real tokens: a key cursor (of the target's scope) and a catalog cursor.
+    let key = strata_segments::StreamKey::from_bytes([3; 32]);
+    let scope = strata_server::product::cursor::CursorScope {
+        project: "p",
+        epoch: [5; 16],
+        key: &key,
+        routing_key: b"rk",
+    };
+    write("product_tokens", "key-cursor", scope.encode(12_345).as_bytes());
+    let catalog = strata_server::catalog::CatalogCursor {
+        bucket: 3,
+        after: "orders/eu".into(),
+    };
+    write("product_tokens", "catalog-cursor", catalog.encode().as_bytes());
+    let docs: [(&str, &str); 4] = [
+        ("json", r#"{"format":{"kind":"json"}}"#),
+        (
+            "full",
+            r#"{"format":{"kind":"json"},"expiry":{"idle":"30d"},"watches":[{"name":"by-customer","fields":["/customerId","/a~1b"]}]}"#,
+        ),
+        (
+            "bytes-at",
+            r#"{"format":{"kind":"bytes","contentType":"application/x-protobuf"},"expiry":{"at":"2099-01-01T00:00:00Z"}}"#,
+        ),
+        (
+            "bucket",
+            r#"{"format":1,"entries":[{"name":"a","content_type":"application/json","created_ms":1,"incarnation":1}],"write_token":"00112233445566778899aabbccddeeff"}"#,
+        ),
+    ];
+    for (name, doc) in docs {
+        write("creation_doc", name, doc.as_bytes());
     }
 }
