@@ -1,12 +1,20 @@
 -- wrk script: POST one record per request, spread over STREAMS streams named
--- <PREFIX>bench-<i> (created beforehand by bench/http.sh).
+-- <PREFIX>bench-<i> (created beforehand by bench/http.sh). With PREFIX
+-- /v1/streams/ (the product API) it posts to bench-<i>/records under
+-- Prisma-Routing-Key k<j>, j cycling over ROUTING_KEYS keys.
 local streams = tonumber(os.getenv("STREAMS") or "64")
+local routing_keys = tonumber(os.getenv("ROUTING_KEYS") or "1000")
 local body = string.rep("x", tonumber(os.getenv("RECORD_BYTES") or "100"))
 local prefix = os.getenv("PREFIX") or "/v1/stream/"
 local key = os.getenv("STREAM_KEY")
+local product = prefix == "/v1/streams/"
 local headers = { ["Content-Type"] = "application/octet-stream" }
 if key and key ~= "" then
-  headers["Stream-Encryption-Key"] = key
+  if product then
+    headers["Prisma-Encryption-Key"] = key
+  else
+    headers["Stream-Encryption-Key"] = key
+  end
 end
 local n = 0
 
@@ -17,5 +25,9 @@ end
 function request()
   n = n + 1
   local path = prefix .. "bench-" .. ((n + (offset or 0)) % streams)
+  if product then
+    headers["Prisma-Routing-Key"] = "k" .. (n % routing_keys)
+    path = path .. "/records"
+  end
   return wrk.format("POST", path, headers, body)
 end

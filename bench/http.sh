@@ -8,6 +8,8 @@
 #
 # Configurations (bench/README.md has the details):
 #   strata:               h c=1, a c=64 (local dir store); l c=1, b c=1024 (+25 ms PUT latency)
+#   strata, product API:  m c=64 (local dir store), n c=1024 (+25 ms PUT latency):
+#                         POST /v1/streams/bench-<i>/records over ROUTING_KEYS keys
 #   durable-streams Rust: i c=1, c c=64, d c=1024
 #   Node, in memory:      j c=1, e c=64, f c=1024
 #   Node, file-backed:    k c=1, g c=64
@@ -19,6 +21,7 @@
 #   WARMUP        seconds of unmeasured wrk warm-up before each run (default 2, 0 = none)
 #   THREADS       wrk threads (default 1)
 #   RECORD_BYTES  append body size (default 100)
+#   ROUTING_KEYS  routing keys per stream in configurations m and n (default 1000)
 #   BENCH_TMP     parent of the run's data directories (default ${TMPDIR:-/tmp})
 #   KEEP_DATA=1   keep the run directory (data, server logs, wrk output) at exit
 #   RESULTS_DIR   if set, copy the table and every wrk/server log there
@@ -48,8 +51,8 @@ err() { printf '[bench] ERROR: %s\n' "$*" >&2; }
 
 for cfg in $ONLY; do
     case "$cfg" in
-        a | b | c | d | e | f | g | h | i | j | k | l) ;;
-        *) err "unknown configuration '$cfg' in ONLY (expected a..l)"; exit 2 ;;
+        a | b | c | d | e | f | g | h | i | j | k | l | m | n) ;;
+        *) err "unknown configuration '$cfg' in ONLY (expected a..n)"; exit 2 ;;
     esac
 done
 wants() { # wants a b ...: is any of these configurations selected?
@@ -63,7 +66,7 @@ for tool in wrk curl awk; do
 done
 
 # ---------------------------------------------------------------- build ----
-if wants a b h l; then
+if wants a b h l m n; then
     if [ -n "${STRATA_BIN:-}" ]; then
         :
     else
@@ -201,6 +204,9 @@ create_streams() { # create_streams BASE PREFIX N KEY -> prints how many got 2xx
     local base="$1" prefix="$2" n="$3" key="$4" i
     local -a hdr=(-H "Content-Type: application/octet-stream")
     [ -n "$key" ] && hdr+=(-H "Stream-Encryption-Key: $key")
+    if [ "$prefix" = /v1/streams/ ]; then # the product API: a typed document
+        hdr=(-H "Prisma-Encryption-Key: $key" --data '{"format":{"kind":"bytes"}}')
+    fi
     for i in $(seq 0 $((n - 1))); do
         printf 'url = "%s%sbench-%d"\noutput = "/dev/null"\n' "$base" "$prefix" "$i"
     done | curl -s -K - --parallel --parallel-max 32 -X PUT "${hdr[@]}" \
@@ -208,16 +214,21 @@ create_streams() { # create_streams BASE PREFIX N KEY -> prints how many got 2xx
 }
 
 probe_append() { # probe_append BASE PREFIX KEY -> HTTP status of one append
-    local base="$1" prefix="$2" key="$3"
+    local base="$1" prefix="$2" key="$3" suffix=""
     local -a hdr=(-H "Content-Type: application/octet-stream")
     [ -n "$key" ] && hdr+=(-H "Stream-Encryption-Key: $key")
+    if [ "$prefix" = /v1/streams/ ]; then
+        hdr=(-H "Content-Type: application/octet-stream" -H "Prisma-Encryption-Key: $key"
+            -H "Prisma-Routing-Key: k0")
+        suffix=/records
+    fi
     curl -s -o /dev/null -m 10 -w '%{http_code}' -X POST "${hdr[@]}" \
         --data-binary "$(head -c "$RECORD_BYTES" /dev/zero | tr '\0' x)" \
-        "${base}${prefix}bench-0" || true
+        "${base}${prefix}bench-0${suffix}" || true
 }
 
 STRATA_KEY=""
-if wants a b h l; then
+if wants a b h l m n; then
     STRATA_KEY="$("$STRATA_BIN" keys generate)"
 fi
 
@@ -234,20 +245,25 @@ run_config() {
     local port
     port="$(free_port)"
     case "$cfg" in
-        a | b | h | l)
+        a | b | h | l | m | n)
             server="strata"
             prefix="/v1/stream/" key="$STRATA_KEY" health="/healthz"
             cmd=("$STRATA_BIN" serve --listen "127.0.0.1:$port" --store "$data/store")
             case "$cfg" in
-                a | h) config="local dir store (fdatasync)" ;;
-                b | l) config="local dir store + 25 ms emulated PUT latency"
+                a | h | m) config="local dir store (fdatasync)" ;;
+                b | l | n) config="local dir store + 25 ms emulated PUT latency"
                        cmd+=(--emulate-put-latency-ms 25) ;;
             esac
             case "$cfg" in
-                a) conns=64 ;;
-                b) conns=1024 ;;
+                a | m) conns=64 ;;
+                b | n) conns=1024 ;;
                 h | l) conns=1 ;;
             esac
+            if [ "$cfg" = m ] || [ "$cfg" = n ]; then
+                server="strata, product API"
+                config="$config, ${ROUTING_KEYS:-1000} routing keys per stream"
+                prefix="/v1/streams/"
+            fi
             ;;
         c | d | i)
             server="durable-streams $DS_VERSION (Rust)"
@@ -304,7 +320,8 @@ run_config() {
         mark="${mark:+$mark; }probe append HTTP $probe"
     fi
 
-    local -a wrk_env=(STREAMS="$streams" RECORD_BYTES="$RECORD_BYTES" PREFIX="$prefix" STREAM_KEY="$key")
+    local -a wrk_env=(STREAMS="$streams" RECORD_BYTES="$RECORD_BYTES" PREFIX="$prefix" STREAM_KEY="$key"
+        ROUTING_KEYS="${ROUTING_KEYS:-1000}")
     local -a wrk_args=(-t"$THREADS" -c"$conns" -s "$here/append.lua" "$base")
     if [ "$WARMUP" != 0 ]; then
         env "${wrk_env[@]}" wrk "${wrk_args[@]}" -d"${WARMUP}s" >"$RUN_DIR/$cfg.warmup.wrk" 2>&1 || true

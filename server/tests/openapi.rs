@@ -10,11 +10,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::product::{Answer, Api, BYTES_DOC, JSON_DOC, OTHER_KEY};
+use common::product::{producer, Answer, Api, BYTES_DOC, JSON_DOC, OTHER_KEY};
 use common::{client, free_port, Server, DEV_KEY};
 use reqwest::header::HeaderValue;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{json, Value};
+use strata_server::streams::media_type;
 
 const TOKEN: &str = "openapi-test-token-of-alpha";
 /// The server's `--max-body-bytes` here (small, to provoke 413 cheaply).
@@ -193,15 +194,6 @@ impl Spec {
         }
         Ok(())
     }
-}
-
-fn media_type(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
 }
 
 /// Sends requests, checks each answer against the document, and records
@@ -415,10 +407,6 @@ impl Checker {
             .header("prisma-encryption-key", DEV_KEY);
         self.expect(template, builder, 401, "unauthorized").await;
     }
-}
-
-fn producer(builder: RequestBuilder, id: &str, epoch: u64, seq: u64) -> RequestBuilder {
-    common::product::producer(builder, id, epoch, seq)
 }
 
 #[tokio::test]
