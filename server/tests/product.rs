@@ -543,6 +543,18 @@ async fn the_catalog_pages_without_descriptor_reads() {
     api.catalog(&[("cursor", "%%%".to_string())])
         .await
         .expect_error(400, "invalid_cursor");
+    // Token classes stay apart: a key cursor is no catalog cursor, and back.
+    let key_cursor = api.read("c/00", "", None).await.cursor();
+    api.catalog(&[("cursor", key_cursor)])
+        .await
+        .expect_error(400, "invalid_cursor");
+    let catalog_cursor = api.catalog(&[("limit", "1".to_string())]).await.json()["cursor"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.read("c/00", "", Some(&catalog_cursor))
+        .await
+        .expect_error(400, "invalid_cursor");
     api.catalog(&[("limit", "0".to_string())])
         .await
         .expect_error(400, "invalid_parameter");
