@@ -169,7 +169,9 @@ impl PageCipher {
     }
 }
 
-type CipherCacheKey = (Box<[u8]>, u32);
+/// Derived page ciphers by key version, then routing key (looked up by
+/// `&[u8]`, without allocating).
+type CipherCache = HashMap<u32, HashMap<Box<[u8]>, Arc<PageCipher>>>;
 
 /// A stream key bound to one incarnation, with its derived page ciphers cached
 /// so that a small append does not pay HKDF.
@@ -180,7 +182,9 @@ pub struct StreamCipher {
     fingerprint: [u8; KEY_FINGERPRINT_BYTES],
     /// The default routing key's cipher at key version 0 (most appends).
     default_cipher: std::sync::OnceLock<Arc<PageCipher>>,
-    ciphers: Mutex<HashMap<CipherCacheKey, Arc<PageCipher>>>,
+    ciphers: Mutex<CipherCache>,
+    /// Entries in `ciphers`.
+    cached: std::sync::atomic::AtomicUsize,
 }
 
 impl fmt::Debug for StreamCipher {
@@ -199,6 +203,7 @@ impl StreamCipher {
             epoch,
             key,
             ciphers: Mutex::new(HashMap::new()),
+            cached: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -228,8 +233,12 @@ impl StreamCipher {
                 .get_or_init(|| Arc::new(PageCipher::new(self.epoch, &self.key, b"", 0)))
                 .clone();
         }
-        let cache_key: CipherCacheKey = (routing_key.into(), key_version);
-        if let Some(found) = self.ciphers.lock().get(&cache_key) {
+        if let Some(found) = self
+            .ciphers
+            .lock()
+            .get(&key_version)
+            .and_then(|by_key| by_key.get(routing_key))
+        {
             return found.clone();
         }
         let derived = Arc::new(PageCipher::new(
@@ -238,11 +247,19 @@ impl StreamCipher {
             routing_key,
             key_version,
         ));
+        use std::sync::atomic::Ordering;
         let mut cache = self.ciphers.lock();
-        if cache.len() >= CIPHER_CACHE_ENTRIES_MAX {
+        if self.cached.load(Ordering::Relaxed) >= CIPHER_CACHE_ENTRIES_MAX {
             cache.clear();
+            self.cached.store(0, Ordering::Relaxed);
         }
-        cache.entry(cache_key).or_insert(derived).clone()
+        let by_key = cache.entry(key_version).or_default();
+        if let Some(raced) = by_key.get(routing_key) {
+            return raced.clone();
+        }
+        by_key.insert(routing_key.into(), derived.clone());
+        self.cached.fetch_add(1, Ordering::Relaxed);
+        derived
     }
 }
 

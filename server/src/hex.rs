@@ -11,11 +11,21 @@ pub fn decode<const N: usize>(text: &str) -> Option<[u8; N]> {
     if text.len() != 2 * N {
         return None;
     }
+    let digits = text.as_bytes();
     let mut out = [0u8; N];
     for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+        *byte = (nibble(digits[2 * i])? << 4) | nibble(digits[2 * i + 1])?;
     }
     Some(out)
+}
+
+fn nibble(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
+    }
 }
 
 /// A CAS write token stored as hex (all zeros when it is not 32 hex digits:

@@ -1204,23 +1204,45 @@ impl Streams {
 
     pub async fn head(&self, project: &str, name: &str) -> Result<StreamMeta, ServiceError> {
         let (_, desc) = self.live(project, name).await?;
-        let stream = Self::stream_ref(&desc.value)?;
+        self.meta_of(&desc.value)
+    }
+
+    /// A live stream's metadata and epoch, after checking `key` against it
+    /// (one lookup: exists, then the key): what a product write or read
+    /// needs before it starts, and what its cursors are bound to.
+    pub async fn keyed_meta(
+        &self,
+        project: &str,
+        name: &str,
+        key: &StreamKey,
+    ) -> Result<(StreamMeta, [u8; 16]), ServiceError> {
+        let (_, desc) = self.live(project, name).await?;
+        self.cipher(&desc.value, key)?;
+        let epoch = desc
+            .value
+            .epoch_bytes()
+            .ok_or_else(|| ServiceError::Internal("descriptor epoch".into()))?;
+        Ok((self.meta_of(&desc.value)?, epoch))
+    }
+
+    fn meta_of(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
+        let stream = Self::stream_ref(desc)?;
         let info = self
             .shard_for(&stream.id)
             .stream_info(&stream)
             .ok_or(ServiceError::NotFound)?;
-        let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
+        let base = desc.fork.as_ref().map_or(0, |f| f.base);
         Ok(StreamMeta {
-            name: desc.value.name.clone(),
-            content_type: desc.value.content_type.clone(),
-            created_ms: desc.value.created_ms,
-            epoch: desc.value.epoch.clone(),
-            watches: desc.value.watches.clone(),
+            name: desc.name.clone(),
+            content_type: desc.content_type.clone(),
+            created_ms: desc.created_ms,
+            epoch: desc.epoch.clone(),
+            watches: desc.watches.clone(),
             tail: base + info.tail.next_offset,
             closed: info.tail.status == strata_engine::shard::StreamStatus::Closed,
-            ttl_seconds: desc.value.ttl_seconds,
-            expires_at: desc.value.expires_at.clone(),
-            incarnation: desc.value.incarnation,
+            ttl_seconds: desc.ttl_seconds,
+            expires_at: desc.expires_at.clone(),
+            incarnation: desc.incarnation,
         })
     }
 
@@ -1275,21 +1297,6 @@ impl Streams {
             content_type: desc.value.content_type.clone(),
             incarnation: desc.value.incarnation,
         })
-    }
-
-    /// The stream epoch of a live stream, after checking `key` against it
-    /// (what a product cursor is bound to).
-    pub async fn epoch_for(
-        &self,
-        project: &str,
-        name: &str,
-        key: &StreamKey,
-    ) -> Result<[u8; 16], ServiceError> {
-        let (_, desc) = self.live(project, name).await?;
-        self.cipher(&desc.value, key)?;
-        desc.value
-            .epoch_bytes()
-            .ok_or_else(|| ServiceError::Internal("descriptor epoch".into()))
     }
 
     /// Waits until the stream has records at or past `position`, is closed, or

@@ -757,10 +757,9 @@ async fn append(
     body: Incoming,
 ) -> ApiResult {
     let streams = &state.streams;
-    // Exists, not sealed, the key is the collection's.
-    let meta = streams.head(project, name).await.map_err(service_error)?;
-    let epoch = streams
-        .epoch_for(project, name, &call.key)
+    // Exists, the key is the collection's, not sealed.
+    let (meta, epoch) = streams
+        .keyed_meta(project, name, &call.key)
         .await
         .map_err(write_error)?;
     if meta.closed {
@@ -928,8 +927,8 @@ async fn seal(
     };
     let key =
         key.ok_or_else(|| bad("missing_key", "a final record needs Prisma-Encryption-Key"))?;
-    let epoch = streams
-        .epoch_for(project, name, &key)
+    let (_, epoch) = streams
+        .keyed_meta(project, name, &key)
         .await
         .map_err(write_error)?;
     if meta.closed && producer.is_none() {
@@ -1041,19 +1040,14 @@ async fn read(
 ) -> ApiResult {
     // Exists (404/410) and the key is the collection's (403) before the
     // cursor is judged.
-    let meta = state
+    let (meta, epoch) = state
         .streams
-        .head(&call.project, &call.name)
+        .keyed_meta(&call.project, &call.name, &call.key)
         .await
         .map_err(service_error)?;
     if !is_json(&meta.content_type) {
         call.max_records = 1;
     }
-    let epoch = state
-        .streams
-        .epoch_for(&call.project, &call.name, &call.key)
-        .await
-        .map_err(service_error)?;
     let from = match &cursor {
         CursorParam::Beginning => ReadFrom::Start,
         CursorParam::Now => ReadFrom::Tail,
