@@ -607,35 +607,16 @@ impl World {
     /// All records of every stream as `shard` shows them.
     async fn visible(&self, shard: &Shard) -> Result<Vec<BTreeMap<u64, Bytes>>, String> {
         let mut out = Vec::new();
-        for (index, stream) in self.streams.iter().enumerate() {
+        for index in 0..self.streams.len() {
             let mut records = BTreeMap::new();
-            let mut from = 0;
-            let mut caught_up = false;
-            for _ in 0..100_000 {
-                let batch = shard
-                    .read(stream, from, self.read_limits(), &self.cipher, None)
-                    .await
-                    .map_err(|e| format!("read of stream {index} from {from} failed: {e}"))?;
-                for record in &batch.records {
-                    if record.offset != records.len() as u64 {
-                        return Err(format!(
-                            "stream {index}: record at offset {} where {} was expected (hole or reorder)",
-                            record.offset,
-                            records.len()
-                        ));
-                    }
-                    records.insert(record.offset, record.payload.clone());
+            for (offset, payload) in self.read_view(shard, index, None).await? {
+                if offset != records.len() as u64 {
+                    return Err(format!(
+                        "stream {index}: record at offset {offset} where {} was expected (hole or reorder)",
+                        records.len()
+                    ));
                 }
-                from = batch.next_offset;
-                if batch.up_to_date() {
-                    caught_up = true;
-                    break;
-                }
-            }
-            if !caught_up {
-                return Err(format!(
-                    "stream {index}: reads never caught up (stuck at {from})"
-                ));
+                records.insert(offset, payload);
             }
             let unique: HashSet<&Bytes> = records.values().collect();
             if unique.len() != records.len() {
@@ -647,6 +628,38 @@ impl World {
         Ok(out)
     }
 
+    /// Reads stream `index` (of one routing key, if given) to its tail, in
+    /// pages of `read_limits`: every page must make progress.
+    async fn read_view(
+        &self,
+        shard: &Shard,
+        index: usize,
+        routing_key: Option<&[u8]>,
+    ) -> Result<Vec<(u64, Bytes)>, String> {
+        let stream = &self.streams[index];
+        let mut out = Vec::new();
+        let mut from = 0;
+        for _ in 0..100_000 {
+            let batch = shard
+                .read(stream, from, self.read_limits(), &self.cipher, routing_key)
+                .await
+                .map_err(|e| format!("read of stream {index} from {from} failed: {e}"))?;
+            if batch.next_offset <= from && batch.records.is_empty() && !batch.up_to_date() {
+                return Err(format!(
+                    "stream {index}: a read from {from} made no progress"
+                ));
+            }
+            out.extend(batch.records.iter().map(|r| (r.offset, r.payload.clone())));
+            from = batch.next_offset;
+            if batch.up_to_date() {
+                return Ok(out);
+            }
+        }
+        Err(format!(
+            "stream {index}: reads never caught up (stuck at {from})"
+        ))
+    }
+
     /// Every routing key's filtered read shows exactly that key's records (its
     /// payloads name the key) at the offsets the unfiltered read showed them.
     async fn check_key_views(
@@ -655,7 +668,6 @@ impl World {
         index: usize,
         all: &BTreeMap<u64, Bytes>,
     ) -> Result<(), String> {
-        let stream = &self.streams[index];
         for (key, routing_key) in SIM_ROUTING_KEYS.iter().enumerate() {
             let marker = format!("-k{key}-");
             let expected: BTreeMap<u64, Bytes> = all
@@ -663,39 +675,11 @@ impl World {
                 .filter(|(_, p)| p.windows(marker.len()).any(|w| w == marker.as_bytes()))
                 .map(|(o, p)| (*o, p.clone()))
                 .collect();
-            let mut seen = BTreeMap::new();
-            let mut from = 0;
-            let mut caught_up = false;
-            for _ in 0..100_000 {
-                let batch = shard
-                    .read(
-                        stream,
-                        from,
-                        self.read_limits(),
-                        &self.cipher,
-                        Some(routing_key),
-                    )
-                    .await
-                    .map_err(|e| format!("keyed read of stream {index} key {key} failed: {e}"))?;
-                if batch.next_offset <= from && batch.records.is_empty() && !batch.up_to_date() {
-                    return Err(format!(
-                        "stream {index} key {key}: a read from {from} made no progress"
-                    ));
-                }
-                for record in &batch.records {
-                    seen.insert(record.offset, record.payload.clone());
-                }
-                from = batch.next_offset;
-                if batch.up_to_date() {
-                    caught_up = true;
-                    break;
-                }
-            }
-            if !caught_up {
-                return Err(format!(
-                    "stream {index} key {key}: keyed reads never caught up"
-                ));
-            }
+            let mut seen: BTreeMap<u64, Bytes> = self
+                .read_view(shard, index, Some(routing_key))
+                .await?
+                .into_iter()
+                .collect();
             // Records appended after the unfiltered read may show; compare
             // only up to what that read saw.
             let horizon = all.len() as u64;

@@ -13,15 +13,18 @@ pub enum JsonError {
     Invalid(String),
 }
 
-/// Removes whitespace outside strings, keeping every other byte as sent.
-/// The input must already be valid JSON.
-fn minify(text: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in text {
+fn is_whitespace(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// Walks JSON text and yields, with its index, every byte outside string
+/// literals and each literal's opening quote (so a caller sees a string
+/// begin); a literal's contents and closing quote are skipped. The one place
+/// that knows where strings are.
+fn structural(text: &[u8]) -> impl Iterator<Item = (usize, u8)> + '_ {
+    let (mut in_string, mut escaped) = (false, false);
+    text.iter().enumerate().filter_map(move |(i, &b)| {
         if in_string {
-            out.push(b);
             if escaped {
                 escaped = false;
             } else if b == b'\\' {
@@ -29,13 +32,27 @@ fn minify(text: &[u8]) -> Vec<u8> {
             } else if b == b'"' {
                 in_string = false;
             }
-        } else if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-            out.push(b);
-            if b == b'"' {
-                in_string = true;
-            }
+            return None;
+        }
+        if b == b'"' {
+            in_string = true;
+        }
+        Some((i, b))
+    })
+}
+
+/// Removes whitespace outside strings, keeping every other byte as sent.
+/// The input must already be valid JSON.
+fn minify(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut kept_from = 0;
+    for (i, b) in structural(text) {
+        if is_whitespace(b) {
+            out.extend_from_slice(&text[kept_from..i]);
+            kept_from = i + 1;
         }
     }
+    out.extend_from_slice(&text[kept_from..]);
     out
 }
 
@@ -46,20 +63,9 @@ fn split_array(minified: &[u8]) -> Vec<Bytes> {
     if inner.is_empty() {
         return out;
     }
-    let (mut depth, mut in_string, mut escaped, mut start) = (0usize, false, false, 0usize);
-    for (i, &b) in inner.iter().enumerate() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, b) in structural(inner) {
         match b {
-            b'"' => in_string = true,
             b'[' | b'{' => depth += 1,
             b']' | b'}' => depth -= 1,
             b',' if depth == 0 => {
@@ -102,33 +108,15 @@ pub enum TopLevel {
 }
 
 pub fn top_level(body: &[u8]) -> TopLevel {
-    let mut bytes = body
-        .iter()
-        .copied()
-        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-    if bytes.next() != Some(b'[') {
+    let mut bytes = structural(body).filter(|(_, b)| !is_whitespace(*b));
+    if bytes.next().map(|(_, b)| b) != Some(b'[') {
         return TopLevel::NotArray;
     }
-    let (mut depth, mut in_string, mut escaped) = (1usize, false, false);
-    let (mut elements, mut any) = (0usize, false);
-    for b in bytes {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
+    let (mut depth, mut elements, mut any) = (1usize, 0usize, false);
+    for (_, b) in bytes {
         match b {
-            b'"' => {
-                in_string = true;
-                any = true;
-            }
-            b'[' | b'{' => {
-                depth += 1;
+            b'[' | b'{' | b'"' => {
+                depth += usize::from(b != b'"');
                 any = true;
             }
             b']' | b'}' => {
