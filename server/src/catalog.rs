@@ -250,6 +250,17 @@ impl Catalog {
         .await
     }
 
+    /// Every entry of `project` (one GET per bucket).
+    pub async fn all(&self, project: &str) -> Result<Vec<CatalogEntry>, CatalogError> {
+        let mut out = Vec::new();
+        for bucket in 0..BUCKETS {
+            if let Some(loaded) = self.object(project, bucket).load().await? {
+                out.extend(loaded.value.entries);
+            }
+        }
+        Ok(out)
+    }
+
     /// Up to `limit` entries from `from` on, in (bucket, name) order.
     pub async fn page(
         &self,

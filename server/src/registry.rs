@@ -240,6 +240,12 @@ impl Entry {
     }
 }
 
+/// The registry as [`Registry::scan`] found it.
+pub struct RegistryScan {
+    pub live: Vec<Descriptor>,
+    pub catalog_projects: std::collections::BTreeSet<String>,
+}
+
 /// Descriptors of one store, cached.
 pub struct Registry {
     store: Arc<dyn ObjectStore>,
@@ -264,8 +270,9 @@ impl Registry {
     pub async fn names(&self, project: &str) -> Result<Vec<String>, RegistryError> {
         let prefix = object_store::path::Path::from(format!("registry/{project}/streams"));
         let mut names: Vec<String> = self
-            .live_descriptors(&prefix)
+            .scan_under(prefix)
             .await?
+            .live
             .into_iter()
             .map(|d| d.name)
             .collect();
@@ -273,63 +280,68 @@ impl Registry {
         Ok(names)
     }
 
-    /// Every live descriptor in the store that has an expiry (a listing of
-    /// `registry/` plus one read per stream descriptor; used once at start).
-    pub async fn expiring(&self) -> Result<Vec<Descriptor>, RegistryError> {
-        let all = self
-            .live_descriptors(&object_store::path::Path::from("registry"))
-            .await?;
-        Ok(all
-            .into_iter()
-            .filter(|d| d.expiry_deadline_ms(0).is_some())
-            .collect())
+    /// What the registry holds, from one listing of `registry/` plus one read
+    /// per stream descriptor (used once at start): every live descriptor, and
+    /// every project that has catalog buckets.
+    pub async fn scan(&self) -> Result<RegistryScan, RegistryError> {
+        self.scan_under(object_store::path::Path::from("registry"))
+            .await
     }
 
-    /// The live stream descriptors under `prefix` (`registry/<project>/streams/*`
-    /// objects only; subscriptions and other names are skipped).
-    async fn live_descriptors(
+    /// [`Registry::scan`] of the objects under `prefix` only.
+    async fn scan_under(
         &self,
-        prefix: &object_store::path::Path,
-    ) -> Result<Vec<Descriptor>, RegistryError> {
+        prefix: object_store::path::Path,
+    ) -> Result<RegistryScan, RegistryError> {
         use futures::{StreamExt, TryStreamExt};
         let metas: Vec<_> =
             self.store
-                .list(Some(prefix))
+                .list(Some(&prefix))
                 .try_collect()
                 .await
                 .map_err(|source| strata_manifest::CasError::Store {
                     path: prefix.clone(),
                     source,
                 })?;
-        let loads = metas
-            .into_iter()
-            .filter(|meta| {
-                let parts: Vec<_> = meta.location.parts().collect();
-                parts.len() == 4
-                    && parts[0].as_ref() == "registry"
-                    && parts[2].as_ref() == "streams"
-            })
-            .map(|meta| {
-                let cas = CasObject::<DescriptorCodec>::new(
-                    self.store.clone(),
-                    meta.location,
-                    self.retry,
-                );
-                async move { cas.load().await }
-            });
+        let mut catalog_projects = std::collections::BTreeSet::new();
+        let mut descriptors = Vec::new();
+        for meta in metas {
+            let parts: Vec<String> = meta
+                .location
+                .parts()
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            if parts.len() != 4 || parts[0] != "registry" {
+                continue;
+            }
+            match parts[2].as_str() {
+                "streams" => descriptors.push(meta.location),
+                "catalog" => {
+                    catalog_projects.insert(parts[1].clone());
+                }
+                _ => {}
+            }
+        }
+        let loads = descriptors.into_iter().map(|location| {
+            let cas = CasObject::<DescriptorCodec>::new(self.store.clone(), location, self.retry);
+            async move { cas.load().await }
+        });
         let found: Vec<_> = futures::stream::iter(loads)
             .buffer_unordered(16)
             .collect()
             .await;
-        let mut out = Vec::new();
+        let mut live = Vec::new();
         for loaded in found {
             if let Some(d) = loaded? {
                 if d.value.is_live() {
-                    out.push(d.value);
+                    live.push(d.value);
                 }
             }
         }
-        Ok(out)
+        Ok(RegistryScan {
+            live,
+            catalog_projects,
+        })
     }
 
     /// The store and retry policy the registry writes with.

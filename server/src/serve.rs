@@ -349,10 +349,15 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     {
         let streams = streams.clone();
         tokio::spawn(async move {
-            match streams.schedule_stored_expiries().await {
-                Ok(n) => tracing::info!(streams = n, "expiry deadlines loaded"),
+            match streams.startup_scan().await {
+                Ok(scan) => tracing::info!(
+                    expiring = scan.expiring,
+                    catalog_added = scan.catalog_added,
+                    catalog_removed = scan.catalog_removed,
+                    "registry scanned: expiry deadlines loaded, catalogs reconciled"
+                ),
                 Err(e) => {
-                    tracing::warn!(error = %e, "could not list the registry for expiries; streams expire on access")
+                    tracing::warn!(error = %e, "could not scan the registry; streams expire on access and catalogs are not reconciled")
                 }
             }
         });

@@ -274,6 +274,17 @@ pub enum ReadFrom {
     Position(u64),
 }
 
+/// What the start-up pass over the registry did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StartupScan {
+    /// Streams whose expiry was queued.
+    pub expiring: usize,
+    /// Catalog entries added (lost between a create's two writes).
+    pub catalog_added: usize,
+    /// Catalog entries removed (left by a retirement's two writes).
+    pub catalog_removed: usize,
+}
+
 /// Told about changes, for subscriptions.
 pub trait StreamObserver: Send + Sync {
     fn appended(&self, project: &str, name: &str);
@@ -359,15 +370,86 @@ impl Streams {
         }
     }
 
-    /// Queues every stream in the store that has an expiry (once, at start,
-    /// for streams created before this process).
-    pub async fn schedule_stored_expiries(&self) -> Result<usize, ServiceError> {
-        let expiring = self.registry.expiring().await?;
+    /// The start-up pass over the registry (a background task, once): queues
+    /// the expiry of every stream that has one (streams created before this
+    /// process), and reconciles each project's catalog with its descriptors.
+    pub async fn startup_scan(&self) -> Result<StartupScan, ServiceError> {
+        let scan = self.registry.scan().await?;
         let started_ms = self.registry.started_ms();
-        for desc in &expiring {
-            self.schedule_expiry(&desc.project, desc, started_ms);
+        let mut report = StartupScan::default();
+        for desc in &scan.live {
+            if desc.expiry_deadline_ms(0).is_some() {
+                self.schedule_expiry(&desc.project, desc, started_ms);
+                report.expiring += 1;
+            }
         }
-        Ok(expiring.len())
+        let mut projects = scan.catalog_projects.clone();
+        projects.extend(scan.live.iter().map(|d| d.project.clone()));
+        for project in &projects {
+            let live: Vec<&Descriptor> =
+                scan.live.iter().filter(|d| &d.project == project).collect();
+            let (added, removed) = self.reconcile_catalog(project, &live).await?;
+            report.catalog_added += added;
+            report.catalog_removed += removed;
+        }
+        Ok(report)
+    }
+
+    /// Makes `project`'s catalog list exactly its live streams: entries lost
+    /// between a descriptor write and its catalog write are added, entries of
+    /// retired streams removed. Each fix re-reads the name's descriptor under
+    /// its lock, so a create or delete running meanwhile is never undone.
+    async fn reconcile_catalog(
+        &self,
+        project: &str,
+        live: &[&Descriptor],
+    ) -> Result<(usize, usize), ServiceError> {
+        let listed = self
+            .catalog
+            .all(project)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("reading the catalog: {e}")))?;
+        let live_by_name: HashMap<&str, u64> = live
+            .iter()
+            .map(|d| (d.name.as_str(), d.incarnation))
+            .collect();
+        let listed_by_name: HashMap<&str, u64> = listed
+            .iter()
+            .map(|e| (e.name.as_str(), e.incarnation))
+            .collect();
+        let mut suspects: Vec<&str> = live_by_name
+            .iter()
+            .filter(|(name, inc)| listed_by_name.get(*name) != Some(*inc))
+            .map(|(name, _)| *name)
+            .collect();
+        suspects.extend(
+            listed_by_name
+                .keys()
+                .filter(|name| !live_by_name.contains_key(*name)),
+        );
+        let (mut added, mut removed) = (0, 0);
+        for name in suspects {
+            let entry = self.registry.entry(project, name);
+            let _guard = entry.changes.lock().await;
+            match entry.load().await? {
+                Some(current) if current.value.is_live() => {
+                    self.list_in_catalog(&current.value).await?;
+                    added += 1;
+                }
+                _ => {
+                    if let Some(incarnation) = listed_by_name.get(name) {
+                        self.catalog
+                            .remove(project, name, *incarnation)
+                            .await
+                            .map_err(|e| {
+                                ServiceError::Unavailable(format!("updating the catalog: {e}"))
+                            })?;
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        Ok((added, removed))
     }
 
     /// Retires `project/name` if its expiry has passed. Otherwise answers its
