@@ -1101,7 +1101,12 @@ async fn next_records(
                 break;
             }
         }
-        outcome = call.read(state, ReadFrom::Position(outcome.next)).await?;
+        let before = outcome.next;
+        outcome = call.read(state, ReadFrom::Position(before)).await?;
+        if outcome.records.is_empty() && !outcome.up_to_date() && outcome.next == before {
+            // No progress and nothing to wait for: answer, never spin.
+            break;
+        }
     }
     Ok(outcome)
 }
