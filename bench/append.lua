@@ -1,14 +1,21 @@
 -- wrk script: POST one record per request, spread over STREAMS streams named
 -- <PREFIX>bench-<i> (created beforehand by bench/http.sh). With PREFIX
 -- /v1/streams/ (the product API) it posts to bench-<i>/records under
--- Prisma-Routing-Key k<j>, j cycling over ROUTING_KEYS keys.
+-- Prisma-Routing-Key k<j>, j cycling over ROUTING_KEYS keys. JSON_RECORDS=1 sends
+-- JSON string records instead of opaque bytes.
 local streams = tonumber(os.getenv("STREAMS") or "64")
 local routing_keys = tonumber(os.getenv("ROUTING_KEYS") or "1000")
-local body = string.rep("x", tonumber(os.getenv("RECORD_BYTES") or "100"))
+local record_bytes = tonumber(os.getenv("RECORD_BYTES") or "100")
+local body = string.rep("x", record_bytes)
 local prefix = os.getenv("PREFIX") or "/v1/stream/"
 local key = os.getenv("STREAM_KEY")
 local product = prefix == "/v1/streams/"
 local headers = { ["Content-Type"] = "application/octet-stream" }
+-- JSON_RECORDS=1: each record is a JSON string of RECORD_BYTES bytes.
+if os.getenv("JSON_RECORDS") == "1" then
+  body = '"' .. string.rep("x", math.max(record_bytes - 2, 0)) .. '"'
+  headers["Content-Type"] = "application/json"
+end
 if key and key ~= "" then
   if product then
     headers["Prisma-Encryption-Key"] = key

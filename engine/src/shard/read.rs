@@ -85,7 +85,7 @@ async fn fetch_chunk(
     ctx: &std::sync::Arc<ShardCtx>,
     sealed: &SealedChunk,
     key_hash: Option<u64>,
-) -> Result<Option<Chunk>, EngineError> {
+) -> Result<Option<std::sync::Arc<Chunk>>, EngineError> {
     if key_hash.is_some_and(|h| !sealed.chunk.summary.may_contain(h)) {
         return Ok(None);
     }
@@ -280,7 +280,7 @@ impl Shard {
         };
         let ctx = &self.inner.ctx;
         read_ahead(ctx, ahead);
-        let mut loaded: Vec<Option<Chunk>> = Vec::with_capacity(chunks.len());
+        let mut loaded: Vec<Option<std::sync::Arc<Chunk>>> = Vec::with_capacity(chunks.len());
         for window in chunks.chunks(CHUNK_FETCHES_MAX) {
             let fetches: Vec<_> = window
                 .iter()

@@ -4,8 +4,12 @@
 //!
 //! [`ChunkCache`]: chunks on local disk, one file each, memory-mapped when
 //! read, evicted least-recently-used beyond a byte budget. Cached bytes are
-//! validated again on every load (CRC-32C runs at memory speed), so a damaged
-//! cache file is dropped, never served.
+//! validated again whenever they are decoded from the file, so a damaged cache
+//! file is dropped, never served. Decoded chunks (directory and page slices of
+//! the validated, mapped bytes) are also kept in memory, least-recently-used
+//! beyond 64 MiB of chunks: a chunk read again — every key read of a stream
+//! whose keys share its chunks reads them all — costs no file mapping, CRC or
+//! directory parse. Chunks never change, so a decoded chunk stays right.
 //!
 //! Read-ahead: a read in the sealed tier starts background fetches of the
 //! next few chunks of its stream into the cache ([`read_ahead`]), so one
@@ -46,6 +50,20 @@ struct CacheState {
     tick: u64,
 }
 
+/// Decoded chunks kept in memory, least recently used first out: a chunk read
+/// again skips mapping its file, its CRC and its directory parse. Chunks never
+/// change, so an entry stays right for as long as a read can ask for it.
+#[derive(Default)]
+struct DecodedChunks {
+    entries: HashMap<String, (Arc<Chunk>, u64, u64)>,
+    by_tick: BTreeMap<u64, String>,
+    bytes: u64,
+    tick: u64,
+}
+
+/// Bytes of chunks the decoded memo holds, at most.
+const DECODED_BYTES_MAX: u64 = 64 << 20;
+
 /// Chunks a read fetches ahead of itself, at most.
 pub(crate) const READ_AHEAD_CHUNKS: usize = 4;
 /// Bytes of chunks being fetched ahead at once, per cache, at most.
@@ -61,6 +79,7 @@ pub struct ChunkCache {
     max_bytes: u64,
     state: Mutex<CacheState>,
     in_flight: Mutex<HashMap<String, ChunkFetch>>,
+    decoded: Mutex<DecodedChunks>,
     read_ahead_bytes: AtomicU64,
     /// Woken whenever a fetch leaves `in_flight`.
     fetch_settled: tokio::sync::Notify,
@@ -87,6 +106,7 @@ impl ChunkCache {
             max_bytes,
             state: Mutex::new(CacheState::default()),
             in_flight: Mutex::new(HashMap::new()),
+            decoded: Mutex::new(DecodedChunks::default()),
             read_ahead_bytes: AtomicU64::new(0),
             fetch_settled: tokio::sync::Notify::new(),
         })
@@ -126,7 +146,55 @@ impl ChunkCache {
         Some(Bytes::from_owner(map))
     }
 
+    /// A chunk decoded before (and its recency renewed).
+    fn decoded(&self, key: &str) -> Option<Arc<Chunk>> {
+        let mut memo = self.decoded.lock();
+        let tick = memo.tick + 1;
+        memo.tick = tick;
+        let (chunk, old) = memo
+            .entries
+            .get_mut(key)
+            .map(|e| (e.0.clone(), std::mem::replace(&mut e.2, tick)))?;
+        memo.by_tick.remove(&old);
+        memo.by_tick.insert(tick, key.to_string());
+        Some(chunk)
+    }
+
+    /// Keeps a decoded chunk of `bytes` bytes, evicting the least recently
+    /// used ones beyond [`DECODED_BYTES_MAX`].
+    fn remember(&self, key: &str, chunk: Arc<Chunk>, bytes: u64) {
+        if bytes > DECODED_BYTES_MAX {
+            return;
+        }
+        let mut memo = self.decoded.lock();
+        let tick = memo.tick + 1;
+        memo.tick = tick;
+        if let Some((_, old_bytes, old_tick)) =
+            memo.entries.insert(key.to_string(), (chunk, bytes, tick))
+        {
+            memo.by_tick.remove(&old_tick);
+            memo.bytes -= old_bytes;
+        }
+        memo.by_tick.insert(tick, key.to_string());
+        memo.bytes += bytes;
+        while memo.bytes > DECODED_BYTES_MAX {
+            let Some((_, oldest)) = memo.by_tick.pop_first() else {
+                break;
+            };
+            if let Some((_, b, _)) = memo.entries.remove(&oldest) {
+                memo.bytes -= b;
+            }
+        }
+    }
+
     pub fn remove(&self, key: &str) {
+        {
+            let mut memo = self.decoded.lock();
+            if let Some((_, b, tick)) = memo.entries.remove(key) {
+                memo.by_tick.remove(&tick);
+                memo.bytes -= b;
+            }
+        }
         let mut st = self.state.lock();
         if let Some(e) = st.entries.remove(key) {
             st.by_tick.remove(&e.tick);
@@ -204,20 +272,30 @@ fn cache_key(path: &object_store::path::Path, sealed: &SealedChunk) -> String {
 pub(crate) async fn load_chunk(
     ctx: &Arc<ShardCtx>,
     sealed: &SealedChunk,
-) -> Result<Chunk, EngineError> {
+) -> Result<Arc<Chunk>, EngineError> {
     let path = ctx.layout.segment(sealed.segment);
     let r = &sealed.chunk;
     if let Some(cache) = ctx.config.chunk_cache.as_ref() {
         let key = cache_key(&path, sealed);
+        if let Some(chunk) = cache.decoded(&key) {
+            return Ok(chunk);
+        }
         if let Some(bytes) = cache.get(&key) {
             match check(sealed, decode_chunk(&bytes)) {
-                Ok(chunk) => return Ok(chunk),
+                Ok(chunk) => {
+                    let chunk = Arc::new(chunk);
+                    cache.remember(&key, chunk.clone(), r.length);
+                    return Ok(chunk);
+                }
                 Err(_) => cache.remove(&key),
             }
         }
-        if let Some(fetch) = shared_fetch(ctx, cache, sealed.clone(), key, FetchFor::Reader) {
+        if let Some(fetch) = shared_fetch(ctx, cache, sealed.clone(), key.clone(), FetchFor::Reader)
+        {
             if let Some(bytes) = fetch.await {
                 if let Ok(chunk) = check(sealed, decode_chunk(&bytes)) {
+                    let chunk = Arc::new(chunk);
+                    cache.remember(&key, chunk.clone(), r.length);
                     return Ok(chunk);
                 }
             }
@@ -226,6 +304,7 @@ pub(crate) async fn load_chunk(
     }
     let bytes = get_range(ctx, &path, r.position..r.position + r.length).await?;
     check(sealed, decode_chunk(&bytes))
+        .map(Arc::new)
         .map_err(|reason| EngineError::corrupt(format!("{path} (chunk at {})", r.position), reason))
 }
 
@@ -361,6 +440,35 @@ async fn get_range(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chunk(first_offset: u64) -> Arc<Chunk> {
+        Arc::new(Chunk {
+            stream_id: [0; 16],
+            incarnation: 1,
+            first_offset,
+            record_count: 1,
+            directory: Vec::new(),
+            pages: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn decoded_chunks_are_kept_within_their_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ChunkCache::new(dir.path().join("cache"), 1 << 30).unwrap();
+        let third = DECODED_BYTES_MAX / 3 + 1;
+        cache.remember("a", chunk(1), third);
+        cache.remember("b", chunk(2), third);
+        assert_eq!(cache.decoded("a").unwrap().first_offset, 1); // a is now newer
+        cache.remember("c", chunk(3), third);
+        assert!(cache.decoded("b").is_none(), "least recently used goes first");
+        assert!(cache.decoded("a").is_some() && cache.decoded("c").is_some());
+        cache.remember("huge", chunk(4), DECODED_BYTES_MAX + 1);
+        assert!(cache.decoded("huge").is_none(), "a chunk over the budget is not kept");
+        cache.remove("a");
+        assert!(cache.decoded("a").is_none(), "removal forgets the decoded chunk");
+        assert!(cache.decoded.lock().bytes <= DECODED_BYTES_MAX);
+    }
 
     #[test]
     fn lru_evicts_beyond_the_budget() {
