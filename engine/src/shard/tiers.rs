@@ -461,12 +461,21 @@ mod tests {
         cache.remember("b", chunk(2), third);
         assert_eq!(cache.decoded("a").unwrap().first_offset, 1); // a is now newer
         cache.remember("c", chunk(3), third);
-        assert!(cache.decoded("b").is_none(), "least recently used goes first");
+        assert!(
+            cache.decoded("b").is_none(),
+            "least recently used goes first"
+        );
         assert!(cache.decoded("a").is_some() && cache.decoded("c").is_some());
         cache.remember("huge", chunk(4), DECODED_BYTES_MAX + 1);
-        assert!(cache.decoded("huge").is_none(), "a chunk over the budget is not kept");
+        assert!(
+            cache.decoded("huge").is_none(),
+            "a chunk over the budget is not kept"
+        );
         cache.remove("a");
-        assert!(cache.decoded("a").is_none(), "removal forgets the decoded chunk");
+        assert!(
+            cache.decoded("a").is_none(),
+            "removal forgets the decoded chunk"
+        );
         assert!(cache.decoded.lock().bytes <= DECODED_BYTES_MAX);
     }
 
