@@ -11,9 +11,11 @@
 //! per bucket, so listing a whole project costs at most [`BUCKETS`] GETs per
 //! page and never more than one per bucket.
 //!
-//! This process serialises changes to a bucket with a lock; every change is
-//! still a CAS, re-read and retried on conflict, so several processes may
-//! share a registry.
+//! This process writes each bucket with one writer at a time, and changes
+//! that queue while a write is in flight go out together in the next one
+//! (group commit: one read-modify-write per batch, not per change); every
+//! write is still a CAS, re-read and retried on conflict, so several
+//! processes may share a registry.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -133,14 +135,70 @@ pub struct CatalogPage {
     pub next: Option<CatalogCursor>,
 }
 
-/// Held while this process changes one bucket.
-type BucketLock = Arc<tokio::sync::Mutex<()>>;
+/// One change to a bucket.
+#[derive(Debug, Clone)]
+enum Change {
+    /// List an entry (replacing an older incarnation's entry of its name).
+    Add(CatalogEntry),
+    /// Forget `name` if the listed incarnation is at most `incarnation`.
+    Remove { name: String, incarnation: u64 },
+}
+
+impl Change {
+    fn name(&self) -> &str {
+        match self {
+            Change::Add(e) => &e.name,
+            Change::Remove { name, .. } => name,
+        }
+    }
+
+    /// Applies the change to sorted `entries`; whether they changed.
+    fn apply(&self, entries: &mut Vec<CatalogEntry>) -> bool {
+        let at = entries.binary_search_by(|e| e.name.as_str().cmp(self.name()));
+        match (self, at) {
+            (Change::Add(entry), Ok(i)) if entries[i] == *entry => false,
+            (Change::Add(entry), Ok(i)) => {
+                entries[i] = entry.clone();
+                true
+            }
+            (Change::Add(entry), Err(i)) => {
+                entries.insert(i, entry.clone());
+                true
+            }
+            (Change::Remove { incarnation, .. }, Ok(i))
+                if entries[i].incarnation <= *incarnation =>
+            {
+                entries.remove(i);
+                true
+            }
+            (Change::Remove { .. }, _) => false,
+        }
+    }
+}
+
+/// Why a catalog change failed (shared by every change of its batch).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct CatalogWriteError(String);
+
+type Waiter = tokio::sync::oneshot::Sender<Result<(), CatalogWriteError>>;
+
+/// One bucket's writer: changes queue in `pending`; whoever holds `write`
+/// applies everything queued in one CAS (group commit), so concurrent creates
+/// in a bucket cost one read-modify-write between them, not one each.
+#[derive(Default)]
+struct BucketWriter {
+    write: tokio::sync::Mutex<()>,
+    pending: Mutex<Vec<(Change, Waiter)>>,
+}
+
+/// Changes one CAS of a bucket applies at most (the rest wait for the next).
+const CHANGES_PER_WRITE_MAX: usize = 4096;
 
 pub struct Catalog {
     store: Arc<dyn ObjectStore>,
     retry: RetryPolicy,
-    /// Serialises this process's changes per (project, bucket).
-    locks: Mutex<HashMap<(String, u16), BucketLock>>,
+    writers: Mutex<HashMap<(String, u16), Arc<BucketWriter>>>,
     entropy: Arc<dyn strata_engine::Entropy>,
 }
 
@@ -153,7 +211,7 @@ impl Catalog {
         Catalog {
             store,
             retry,
-            locks: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
             entropy,
         }
     }
@@ -166,24 +224,55 @@ impl Catalog {
         )
     }
 
-    fn lock(&self, project: &str, bucket: u16) -> BucketLock {
-        self.locks
+    fn writer(&self, project: &str, bucket: u16) -> Arc<BucketWriter> {
+        self.writers
             .lock()
             .entry((project.to_string(), bucket))
             .or_default()
             .clone()
     }
 
-    /// Applies `change` to the bucket of `name` (CAS, retried on conflict).
-    async fn change(
+    /// Queues `change` on its bucket and returns once a CAS that includes it
+    /// landed (or failed).
+    async fn submit(&self, project: &str, change: Change) -> Result<(), CatalogWriteError> {
+        let bucket = layout::catalog_bucket_of(change.name(), BUCKETS);
+        let writer = self.writer(project, bucket);
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        writer.pending.lock().push((change, tx));
+        // Each turn of the lock writes one batch; ours is in the first batch
+        // written after it was queued.
+        loop {
+            let _turn = writer.write.lock().await;
+            if let Ok(answer) = rx.try_recv() {
+                return answer;
+            }
+            let batch: Vec<(Change, Waiter)> = {
+                let mut pending = writer.pending.lock();
+                let take = pending.len().min(CHANGES_PER_WRITE_MAX);
+                pending.drain(..take).collect()
+            };
+            let changes: Vec<Change> = batch.iter().map(|(c, _)| c.clone()).collect();
+            let result = self
+                .write_batch(project, bucket, &changes)
+                .await
+                .map_err(|e| CatalogWriteError(e.to_string()));
+            for (_, waiter) in batch {
+                let _ = waiter.send(result.clone());
+            }
+            if let Ok(answer) = rx.try_recv() {
+                return answer;
+            }
+        }
+    }
+
+    /// Applies `changes` to `bucket` in one CAS (re-read and retried on
+    /// conflict).
+    async fn write_batch(
         &self,
         project: &str,
-        name: &str,
-        change: impl Fn(&mut Vec<CatalogEntry>) -> bool,
+        bucket: u16,
+        changes: &[Change],
     ) -> Result<(), CatalogError> {
-        let bucket = layout::catalog_bucket_of(name, BUCKETS);
-        let lock = self.lock(project, bucket);
-        let _guard = lock.lock().await;
         let object = self.object(project, bucket);
         let mut attempt = 0;
         loop {
@@ -192,7 +281,10 @@ impl Catalog {
                 .as_ref()
                 .map(|c| c.value.entries.clone())
                 .unwrap_or_default();
-            if !change(&mut entries) {
+            let changed = changes
+                .iter()
+                .fold(false, |changed, c| c.apply(&mut entries) | changed);
+            if !changed {
                 return Ok(());
             }
             let next = Bucket {
@@ -213,22 +305,8 @@ impl Catalog {
     }
 
     /// Lists `entry` (replacing an older incarnation's entry of its name).
-    pub async fn add(&self, project: &str, entry: CatalogEntry) -> Result<(), CatalogError> {
-        let name = entry.name.clone();
-        self.change(project, &name, move |entries| {
-            match entries.binary_search_by(|e| e.name.as_str().cmp(&entry.name)) {
-                Ok(i) if entries[i] == entry => false,
-                Ok(i) => {
-                    entries[i] = entry.clone();
-                    true
-                }
-                Err(i) => {
-                    entries.insert(i, entry.clone());
-                    true
-                }
-            }
-        })
-        .await
+    pub async fn add(&self, project: &str, entry: CatalogEntry) -> Result<(), CatalogWriteError> {
+        self.submit(project, Change::Add(entry)).await
     }
 
     /// Removes incarnation `incarnation` of `name` (a newer one stays).
@@ -237,17 +315,12 @@ impl Catalog {
         project: &str,
         name: &str,
         incarnation: u64,
-    ) -> Result<(), CatalogError> {
-        self.change(project, name, |entries| {
-            match entries.binary_search_by(|e| e.name.as_str().cmp(name)) {
-                Ok(i) if entries[i].incarnation <= incarnation => {
-                    entries.remove(i);
-                    true
-                }
-                _ => false,
-            }
-        })
-        .await
+    ) -> Result<(), CatalogWriteError> {
+        let change = Change::Remove {
+            name: name.to_string(),
+            incarnation,
+        };
+        self.submit(project, change).await
     }
 
     /// Every entry of `project` (one GET per bucket).
@@ -320,6 +393,53 @@ mod tests {
             created_ms: incarnation,
             incarnation,
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_changes_share_bucket_writes() {
+        use strata_engine::store::{Latency, Layered, RequestCounts};
+        let slow: Arc<dyn ObjectStore> = Arc::new(Layered::new(
+            Arc::new(InMemory::new()),
+            Latency {
+                put: std::time::Duration::from_millis(5),
+                ..Latency::default()
+            },
+        ));
+        let counted = Arc::new(Layered::new(slow, RequestCounts::default()));
+        let entropy = Arc::new(strata_engine::SeededEntropy::new(2));
+        let catalog = Arc::new(Catalog::new(
+            counted.clone(),
+            RetryPolicy::default(),
+            entropy,
+        ));
+        let changes = 320;
+        let tasks: Vec<_> = (0..changes)
+            .map(|i| {
+                let catalog = catalog.clone();
+                tokio::spawn(async move { catalog.add("p", entry(&format!("n{i}"), 1)).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let puts = counted.layer().snapshot().puts;
+        assert!(
+            puts < changes / 3,
+            "{puts} bucket writes for {changes} changes"
+        );
+        assert_eq!(catalog.all("p").await.unwrap().len(), changes as usize);
+        // Removals batch the same way, and every change is applied once.
+        let tasks: Vec<_> = (0..changes)
+            .filter(|i| i % 2 == 0)
+            .map(|i| {
+                let catalog = catalog.clone();
+                tokio::spawn(async move { catalog.remove("p", &format!("n{i}"), 1).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        assert_eq!(catalog.all("p").await.unwrap().len(), changes as usize / 2);
     }
 
     #[tokio::test]
