@@ -346,6 +346,7 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     // Streams that expire while nobody touches them: their deadlines, from
     // the registry once now, then as they are created or used.
     tokio::spawn(crate::reaper::run(Arc::downgrade(&streams)));
+    streams.begin_startup_scan();
     {
         let streams = streams.clone();
         tokio::spawn(async move {

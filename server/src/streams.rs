@@ -37,6 +37,8 @@ const FORK_DEPTH_MAX: usize = 64;
 /// Engine reads one service read makes at most (each moves past at most
 /// about a page budget of other keys' records).
 const READ_ROUNDS_MAX: usize = 64;
+/// Longest a catalog listing waits for the start-up scan's repairs.
+const STARTUP_SCAN_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Most stream ciphers kept derived.
 const CIPHER_CACHE_MAX: usize = 100_000;
 
@@ -334,6 +336,9 @@ pub struct Streams {
     observer: OnceLock<Arc<dyn StreamObserver>>,
     /// Deadlines of streams that expire (see `reaper`).
     reaper: Arc<Reaper>,
+    /// False from [`Streams::begin_startup_scan`] until the scan ended:
+    /// catalog listings wait for it (see [`Streams::catalog_page`]).
+    startup_scanned: tokio::sync::watch::Sender<bool>,
 }
 
 impl Streams {
@@ -356,6 +361,7 @@ impl Streams {
             config,
             observer: OnceLock::new(),
             reaper: Arc::new(Reaper::default()),
+            startup_scanned: tokio::sync::watch::Sender::new(true),
         }
     }
 
@@ -374,6 +380,18 @@ impl Streams {
     /// the expiry of every stream that has one (streams created before this
     /// process), and reconciles each project's catalog with its descriptors.
     pub async fn startup_scan(&self) -> Result<StartupScan, ServiceError> {
+        let result = self.scan_registry().await;
+        self.startup_scanned.send_replace(true);
+        result
+    }
+
+    /// Marks the start-up scan as pending (before the server accepts
+    /// requests), so that no listing answers from a catalog it may repair.
+    pub fn begin_startup_scan(&self) {
+        self.startup_scanned.send_replace(false);
+    }
+
+    async fn scan_registry(&self) -> Result<StartupScan, ServiceError> {
         let scan = self.registry.scan().await?;
         let started_ms = self.registry.started_ms();
         let mut report = StartupScan::default();
@@ -932,17 +950,22 @@ impl Streams {
         } else {
             vec![body.clone()]
         };
-        if let Some(big) = records
+        self.check_record_sizes(&records)?;
+        Ok(records)
+    }
+
+    /// Refuses a record over `max_record_bytes`.
+    fn check_record_sizes(&self, records: &[Bytes]) -> Result<(), ServiceError> {
+        if records
             .iter()
-            .find(|r| r.len() > self.config.max_record_bytes)
+            .any(|r| r.len() > self.config.max_record_bytes)
         {
-            let _ = big;
             return Err(ServiceError::TooLarge {
                 what: "a record",
                 limit: self.config.max_record_bytes as u64,
             });
         }
-        Ok(records)
+        Ok(())
     }
 
     async fn resolve_fork(
@@ -1157,13 +1180,19 @@ impl Streams {
     }
 
     /// A page of the project's live streams (bucket GETs, never one
-    /// descriptor per stream).
+    /// descriptor per stream). While the start-up scan runs, a listing waits
+    /// for it (at most `STARTUP_SCAN_WAIT_MAX`), so a restarted server does
+    /// not list what the scan is about to repair.
     pub async fn catalog_page(
         &self,
         project: &str,
         from: Option<&CatalogCursor>,
         limit: usize,
     ) -> Result<CatalogPage, ServiceError> {
+        // After a start, the catalog is trusted once the scan repaired it; a
+        // scan slower than this bound is answered from the catalog as it is.
+        let mut scanned = self.startup_scanned.subscribe();
+        let _ = tokio::time::timeout(STARTUP_SCAN_WAIT_MAX, scanned.wait_for(|done| *done)).await;
         self.catalog
             .page(project, from, limit)
             .await
@@ -1198,15 +1227,7 @@ impl Streams {
         let shard = self.shard_for(&stream.id);
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
         let records = if let Some(records) = spec.records {
-            if records
-                .iter()
-                .any(|r| r.len() > self.config.max_record_bytes)
-            {
-                return Err(ServiceError::TooLarge {
-                    what: "a record",
-                    limit: self.config.max_record_bytes as u64,
-                });
-            }
+            self.check_record_sizes(&records)?;
             records
         } else if spec.body.is_empty() {
             Vec::new()

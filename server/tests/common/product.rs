@@ -90,6 +90,18 @@ impl Api {
         }
     }
 
+    /// The same client without connection reuse: a request fails only when
+    /// the server is down, never on a connection left from a killed server.
+    pub fn fresh_connections(&self) -> Api {
+        Api {
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("client"),
+            ..self.clone()
+        }
+    }
+
     pub fn with_key(&self, key: &str) -> Api {
         Api {
             key: key.to_string(),
