@@ -66,13 +66,15 @@ impl Drop for LiveSlot {
 }
 
 impl AppState {
-    pub fn live_slot(self: &Arc<Self>) -> Result<LiveSlot, ApiError> {
+    /// A slot of the live-connection budget, or 503 `code` with
+    /// `Retry-After` when the budget is spent (each surface names it).
+    pub fn live_slot(self: &Arc<Self>, code: &'static str) -> Result<LiveSlot, ApiError> {
         let held = self.live_connections.fetch_add(1, Ordering::Relaxed);
         if held >= self.config.max_live_connections {
             self.live_connections.fetch_sub(1, Ordering::Relaxed);
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "live_capacity",
+                code,
                 "too many live readers on this server; retry shortly",
             )
             .header("retry-after", "5"));
@@ -153,59 +155,97 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A service error as either surface answers it: the status is the
+    /// service's (one table for both surfaces), the code is the surface's.
+    /// 429 and 503 carry `Retry-After`; an internal error is logged and its
+    /// details are not sent.
+    pub fn from_service(e: &ServiceError, code: &'static str) -> ApiError {
+        let status = match e {
+            ServiceError::NotFound => StatusCode::NOT_FOUND,
+            ServiceError::Gone => StatusCode::GONE,
+            ServiceError::Conflict(_)
+            | ServiceError::RetainedForForks
+            | ServiceError::ContentTypeMismatch
+            | ServiceError::Closed { .. }
+            | ServiceError::SeqConflict
+            | ServiceError::ProducerGap { .. } => StatusCode::CONFLICT,
+            ServiceError::ProducerStale { .. } | ServiceError::WrongKey => StatusCode::FORBIDDEN,
+            ServiceError::ProducerEpochSeq | ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ServiceError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ServiceError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
+            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let message = match e {
+            ServiceError::Internal(_) => {
+                tracing::error!(error = %e, "internal error");
+                "internal error".to_string()
+            }
+            other => other.to_string(),
+        };
+        let error = ApiError::new(status, code, message);
+        match status {
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                error.header("retry-after", "1")
+            }
+            _ => error,
+        }
+    }
+}
+
+/// The raw (Durable Streams) surface's answer to a service error.
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
-        let message = e.to_string();
+        let code = match &e {
+            ServiceError::NotFound => "not_found",
+            ServiceError::Gone => "gone",
+            ServiceError::Conflict(_) | ServiceError::RetainedForForks => "conflict",
+            ServiceError::ContentTypeMismatch => "content_type_mismatch",
+            ServiceError::Closed { .. } => "stream_closed",
+            ServiceError::SeqConflict => "seq_conflict",
+            ServiceError::ProducerStale { .. } => "producer_stale_epoch",
+            ServiceError::ProducerGap { .. } => "producer_seq_gap",
+            ServiceError::ProducerEpochSeq => "producer_epoch_seq",
+            ServiceError::WrongKey => "wrong_key",
+            ServiceError::BadRequest(_) => "bad_request",
+            ServiceError::TooLarge { .. } => "record_too_large",
+            ServiceError::Overloaded => "overloaded",
+            ServiceError::Unavailable(_) => "unavailable",
+            ServiceError::Internal(_) => "internal",
+        };
+        let error = ApiError::from_service(&e, code);
         match e {
-            ServiceError::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
-            ServiceError::Gone => ApiError::new(StatusCode::GONE, "gone", message),
-            ServiceError::Conflict(_) | ServiceError::RetainedForForks => {
-                ApiError::new(StatusCode::CONFLICT, "conflict", message)
-            }
-            ServiceError::ContentTypeMismatch => {
-                ApiError::new(StatusCode::CONFLICT, "content_type_mismatch", message)
-            }
-            ServiceError::Closed { tail } => {
-                ApiError::new(StatusCode::CONFLICT, "stream_closed", message)
-                    .header("stream-closed", "true")
-                    .header(
-                        "stream-next-offset",
-                        crate::ds::offsets::Offset(tail).to_string(),
-                    )
-            }
-            ServiceError::SeqConflict => {
-                ApiError::new(StatusCode::CONFLICT, "seq_conflict", message)
-            }
+            ServiceError::Closed { tail } => error.header("stream-closed", "true").header(
+                "stream-next-offset",
+                crate::ds::offsets::Offset(tail).to_string(),
+            ),
             ServiceError::ProducerStale { current_epoch } => {
-                ApiError::new(StatusCode::FORBIDDEN, "producer_stale_epoch", message)
-                    .header("producer-epoch", current_epoch.to_string())
+                error.header("producer-epoch", current_epoch.to_string())
             }
-            ServiceError::ProducerGap { expected, received } => {
-                ApiError::new(StatusCode::CONFLICT, "producer_seq_gap", message)
-                    .header("producer-expected-seq", expected.to_string())
-                    .header("producer-received-seq", received.to_string())
-            }
-            ServiceError::ProducerEpochSeq => {
-                ApiError::new(StatusCode::BAD_REQUEST, "producer_epoch_seq", message)
-            }
-            ServiceError::WrongKey => ApiError::new(StatusCode::FORBIDDEN, "wrong_key", message),
-            ServiceError::BadRequest(_) => ApiError::bad_request(message),
-            ServiceError::TooLarge { .. } => {
-                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "record_too_large", message)
-            }
-            ServiceError::Overloaded => {
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", message)
-                    .header("retry-after", "1")
-            }
-            ServiceError::Unavailable(_) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
-                    .header("retry-after", "1")
-            }
-            ServiceError::Internal(_) => {
-                tracing::error!(%message, "internal error");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
-            }
+            ServiceError::ProducerGap { expected, received } => error
+                .header("producer-expected-seq", expected.to_string())
+                .header("producer-received-seq", received.to_string()),
+            _ => error,
         }
+    }
+}
+
+/// A request header as text (400 with `code` when it is not visible ASCII).
+pub fn ascii_header<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+    code: &'static str,
+) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v.to_str().map(Some).map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                code,
+                format!("header {name} is not ASCII"),
+            )
+        }),
     }
 }
 

@@ -64,6 +64,8 @@ const REMOVED_HEADERS: [&str; 9] = [
     "stream-touch-templates",
 ];
 const KEY_HEADER: &str = "prisma-encryption-key";
+/// The product's name for a spent live-connection budget.
+const LIVE_CAPACITY_CODE: &str = "subscription_capacity";
 const ROUTING_KEY_HEADER: &str = "prisma-routing-key";
 
 /// What a request to `/v1/streams…` asks for.
@@ -226,13 +228,7 @@ fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> 
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(Some)
-            .map_err(|_| bad("invalid_header", format!("header {name} is not ASCII"))),
-    }
+    super::ascii_header(headers, name, "invalid_header").map_err(ApiError::product)
 }
 
 fn stream_key(headers: &HeaderMap) -> Result<StreamKey, ApiError> {
@@ -454,59 +450,35 @@ pub fn parse_route(
 
 /// A service error as the product answers it.
 fn service_error(e: ServiceError) -> ApiError {
-    let message = e.to_string();
-    let e = match e {
-        ServiceError::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
-        ServiceError::Gone => ApiError::new(StatusCode::GONE, "gone", message),
-        ServiceError::RetainedForForks => ApiError::new(StatusCode::CONFLICT, "gone", message),
-        ServiceError::Conflict(_) => {
-            ApiError::new(StatusCode::CONFLICT, "config_mismatch", message)
-        }
-        ServiceError::ContentTypeMismatch => {
-            ApiError::new(StatusCode::CONFLICT, "content_type_mismatch", message)
-        }
-        ServiceError::Closed { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "sealed", "the collection is sealed")
-        }
-        ServiceError::SeqConflict => ApiError::new(StatusCode::CONFLICT, "seq_conflict", message),
+    let code = match &e {
+        ServiceError::NotFound => "not_found",
+        ServiceError::Gone | ServiceError::RetainedForForks => "gone",
+        ServiceError::Conflict(_) => "config_mismatch",
+        ServiceError::ContentTypeMismatch => "content_type_mismatch",
+        ServiceError::Closed { .. } => "sealed",
+        ServiceError::SeqConflict => "seq_conflict",
+        ServiceError::ProducerStale { .. } => "stale_producer_epoch",
+        ServiceError::ProducerGap { .. } => "producer_gap",
+        ServiceError::ProducerEpochSeq => "producer_epoch_must_start_at_zero",
+        ServiceError::WrongKey => "wrong_key",
+        ServiceError::BadRequest(_) => "invalid_body",
+        ServiceError::TooLarge { .. } => "body_too_large",
+        ServiceError::Overloaded => "rate_limited",
+        ServiceError::Unavailable(_) => "unavailable",
+        ServiceError::Internal(_) => "internal",
+    };
+    let mut error = ApiError::from_service(&e, code);
+    match e {
+        ServiceError::Closed { .. } => error.message = "the collection is sealed".into(),
         ServiceError::ProducerStale { current_epoch } => {
-            ApiError::new(StatusCode::FORBIDDEN, "stale_producer_epoch", message)
-                .details(json!({ "currentEpoch": current_epoch }))
+            error = error.details(json!({ "currentEpoch": current_epoch }))
         }
         ServiceError::ProducerGap { expected, received } => {
-            ApiError::new(StatusCode::CONFLICT, "producer_gap", message)
-                .details(json!({ "expected": expected, "received": received }))
+            error = error.details(json!({ "expected": expected, "received": received }))
         }
-        ServiceError::ProducerEpochSeq => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "producer_epoch_must_start_at_zero",
-            message,
-        ),
-        ServiceError::WrongKey => ApiError::new(StatusCode::FORBIDDEN, "wrong_key", message),
-        ServiceError::BadRequest(_) => {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", message)
-        }
-        ServiceError::TooLarge { .. } => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", message)
-        }
-        ServiceError::Overloaded => {
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message)
-                .header("retry-after", "1")
-        }
-        ServiceError::Unavailable(_) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
-                .header("retry-after", "1")
-        }
-        ServiceError::Internal(_) => {
-            tracing::error!(%message, "internal error");
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error",
-            )
-        }
-    };
-    e.product()
+        _ => {}
+    }
+    error.product()
 }
 
 /// On writes a key mismatch is `stale_or_wrong_credentials` (a rotated key
@@ -1118,9 +1090,7 @@ async fn long_poll(
     first: ReadOutcome,
     wait: Duration,
 ) -> ApiResult {
-    let _slot = state.live_slot().map_err(|e| {
-        ApiError::new(e.status, "subscription_capacity", e.message).header("retry-after", "5")
-    })?;
+    let _slot = state.live_slot(LIVE_CAPACITY_CODE)?;
     let outcome = next_records(state, call, first, wait).await?;
     let scope = call.scope(epoch);
     if !outcome.records.is_empty() {
@@ -1142,9 +1112,7 @@ async fn sse(
     first: ReadOutcome,
     wait: Duration,
 ) -> ApiResult {
-    let slot = state.live_slot().map_err(|e| {
-        ApiError::new(e.status, "subscription_capacity", e.message).header("retry-after", "5")
-    })?;
+    let slot = state.live_slot(LIVE_CAPACITY_CODE)?;
     let binary = super::sse::is_binary(&first.content_type);
     let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_FRAMES_BUFFERED_MAX);
     tokio::spawn(async move {

@@ -154,13 +154,7 @@ mod tests {
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(Some)
-            .map_err(|_| ApiError::bad_request(format!("header {name} is not ASCII"))),
-    }
+    super::ascii_header(headers, name, "bad_request")
 }
 
 fn is_true(headers: &HeaderMap, name: &str) -> bool {
@@ -738,7 +732,7 @@ async fn long_poll(
     cursor: Option<u64>,
     key: StreamKey,
 ) -> ApiResult {
-    let _slot = state.live_slot()?;
+    let _slot = state.live_slot("live_capacity")?;
     let streams = &state.streams;
     let mut outcome = streams.read(project, &name, from, &key).await?;
     if outcome.records.is_empty() && !outcome.closed {

@@ -84,7 +84,7 @@ pub async fn serve(
     cursor: Option<u64>,
     key: StreamKey,
 ) -> ApiResult {
-    let slot = state.live_slot()?;
+    let slot = state.live_slot("live_capacity")?;
     let from = match offset {
         OffsetParam::Start => ReadFrom::Start,
         OffsetParam::Now => ReadFrom::Tail,
