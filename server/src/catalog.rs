@@ -13,9 +13,13 @@
 //!
 //! This process writes each bucket with one writer at a time, and changes
 //! that queue while a write is in flight go out together in the next one
-//! (group commit: one read-modify-write per batch, not per change); every
-//! write is still a CAS, re-read and retried on conflict, so several
-//! processes may share a registry.
+//! (group commit: one read-modify-write per batch, not per change). A writer
+//! remembers the version it last read or wrote, so a write is one PUT and a
+//! change already made costs nothing; every write is still a CAS, and a
+//! conflict (another process wrote) reads the bucket again and retries. A
+//! second process's changes can therefore make this one skip a change it
+//! believes made until its next write to that bucket; the start-up scan
+//! repairs what is left.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +30,7 @@ use object_store::ObjectStore;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use strata_engine::layout;
-use strata_manifest::{CasCodec, CasError, CasObject, RetryPolicy};
+use strata_manifest::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
 
 /// Buckets per project (part of the format: changing it moves names).
 pub const BUCKETS: u16 = 16;
@@ -190,6 +194,20 @@ type Waiter = tokio::sync::oneshot::Sender<Result<(), CatalogWriteError>>;
 struct BucketWriter {
     write: tokio::sync::Mutex<()>,
     pending: Mutex<Vec<(Change, Waiter)>>,
+    /// The bucket as this process last read or wrote it (changed only under
+    /// `write`): a write starts from it instead of a GET, and a batch that
+    /// changes nothing costs no request. A stale version (another process
+    /// wrote) makes the CAS fail, and the bucket is read again.
+    known: Mutex<KnownBucket>,
+}
+
+/// What a writer knows of its bucket object.
+#[derive(Default, Clone)]
+enum KnownBucket {
+    #[default]
+    Unknown,
+    Absent,
+    Present(Arc<Versioned<Bucket>>),
 }
 
 /// Changes one CAS of a bucket applies at most (the rest wait for the next).
@@ -253,7 +271,7 @@ impl Catalog {
             };
             let changes: Vec<Change> = batch.iter().map(|(c, _)| c.clone()).collect();
             let result = self
-                .write_batch(project, bucket, &changes)
+                .write_batch(project, bucket, &writer, &changes)
                 .await
                 .map_err(|e| CatalogWriteError(e.to_string()));
             for (_, waiter) in batch {
@@ -265,18 +283,24 @@ impl Catalog {
         }
     }
 
-    /// Applies `changes` to `bucket` in one CAS (re-read and retried on
-    /// conflict).
+    /// Applies `changes` to `bucket` in one CAS, starting from the version
+    /// `writer` knows (read again on a conflict, and retried).
     async fn write_batch(
         &self,
         project: &str,
         bucket: u16,
+        writer: &BucketWriter,
         changes: &[Change],
     ) -> Result<(), CatalogError> {
         let object = self.object(project, bucket);
         let mut attempt = 0;
         loop {
-            let current = object.load().await?;
+            let known = writer.known.lock().clone();
+            let current = match known {
+                KnownBucket::Present(c) => Some(c),
+                KnownBucket::Absent => None,
+                KnownBucket::Unknown => object.load().await?.map(Arc::new),
+            };
             let mut entries = current
                 .as_ref()
                 .map(|c| c.value.entries.clone())
@@ -285,6 +309,10 @@ impl Catalog {
                 .iter()
                 .fold(false, |changed, c| c.apply(&mut entries) | changed);
             if !changed {
+                *writer.known.lock() = match current {
+                    Some(c) => KnownBucket::Present(c),
+                    None => KnownBucket::Absent,
+                };
                 return Ok(());
             }
             let next = Bucket {
@@ -297,9 +325,18 @@ impl Catalog {
                 None => object.create(next).await,
             };
             match written {
-                Ok(_) => return Ok(()),
-                Err(CasError::Conflict { .. }) if attempt < CONFLICT_RETRIES_MAX => attempt += 1,
-                Err(e) => return Err(e),
+                Ok(w) => {
+                    *writer.known.lock() = KnownBucket::Present(Arc::new(w));
+                    return Ok(());
+                }
+                Err(CasError::Conflict { .. }) if attempt < CONFLICT_RETRIES_MAX => {
+                    *writer.known.lock() = KnownBucket::Unknown;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    *writer.known.lock() = KnownBucket::Unknown;
+                    return Err(e);
+                }
             }
         }
     }
@@ -422,11 +459,21 @@ mod tests {
         for task in tasks {
             task.await.unwrap().unwrap();
         }
-        let puts = counted.layer().snapshot().puts;
+        let totals = counted.layer().snapshot();
         assert!(
-            puts < changes / 3,
-            "{puts} bucket writes for {changes} changes"
+            totals.puts < changes / 3,
+            "{} bucket writes for {changes} changes",
+            totals.puts
         );
+        assert!(
+            totals.gets <= u64::from(BUCKETS),
+            "{} GETs: a bucket is read once, then written from what was written",
+            totals.gets
+        );
+        // A change that changes nothing costs no request.
+        let before = counted.layer().snapshot().total();
+        catalog.add("p", entry("n7", 1)).await.unwrap();
+        assert_eq!(counted.layer().snapshot().total(), before);
         assert_eq!(catalog.all("p").await.unwrap().len(), changes as usize);
         // Removals batch the same way, and every change is applied once.
         let tasks: Vec<_> = (0..changes)
@@ -440,6 +487,44 @@ mod tests {
             task.await.unwrap().unwrap();
         }
         assert_eq!(catalog.all("p").await.unwrap().len(), changes as usize / 2);
+    }
+
+    #[tokio::test]
+    async fn a_bucket_another_process_changed_is_read_again() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let ours = Catalog::new(
+            store.clone(),
+            RetryPolicy::default(),
+            Arc::new(strata_engine::SeededEntropy::new(3)),
+        );
+        let theirs = Catalog::new(
+            store,
+            RetryPolicy::default(),
+            Arc::new(strata_engine::SeededEntropy::new(4)),
+        );
+        // Three names of one bucket.
+        let bucket = layout::catalog_bucket_of("x0", BUCKETS);
+        let same: Vec<String> = (0..1000)
+            .map(|i| format!("x{i}"))
+            .filter(|n| layout::catalog_bucket_of(n, BUCKETS) == bucket)
+            .take(3)
+            .collect();
+        assert_eq!(same.len(), 3);
+        ours.add("p", entry(&same[0], 1)).await.unwrap();
+        theirs.add("p", entry(&same[1], 1)).await.unwrap();
+        // Ours knows a stale version: its CAS fails, it reads again, retries.
+        ours.add("p", entry(&same[2], 1)).await.unwrap();
+        let mut names: Vec<String> = ours
+            .all("p")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        names.sort();
+        let mut expected = same.clone();
+        expected.sort();
+        assert_eq!(names, expected);
     }
 
     #[tokio::test]
