@@ -109,13 +109,7 @@ pub enum CollectionOp {
         key: Result<Option<StreamKey>, ApiError>,
         producer: Result<Option<ProducerHeaders>, ApiError>,
     },
-    Append {
-        key: StreamKey,
-        batch: bool,
-        content_type: Option<String>,
-        routing_key: Result<Bytes, ApiError>,
-        producer: Result<Option<ProducerHeaders>, ApiError>,
-    },
+    Append(AppendCall),
     Read {
         key: StreamKey,
         routing_key: Result<Bytes, ApiError>,
@@ -382,7 +376,7 @@ pub fn parse_route(
         (Target::Seal, _) => return Err(method_not_allowed("POST")),
         (Target::Records, Method::POST) | (Target::Batch, Method::POST) => {
             allow_only(&[])?;
-            CollectionOp::Append {
+            CollectionOp::Append(AppendCall {
                 key: stream_key(headers)?,
                 batch: target == Target::Batch,
                 content_type: header(headers, "content-type")?.map(str::to_string),
@@ -392,7 +386,7 @@ pub fn parse_route(
                         .map_or(&[][..], HeaderValue::as_bytes),
                 ),
                 producer: producer(headers),
-            }
+            })
         }
         (Target::Batch, _) => return Err(method_not_allowed("POST")),
         (Target::Records, Method::GET)
@@ -563,22 +557,7 @@ pub async fn handle(
                 CollectionOp::Seal { key, producer } => {
                     seal(&state, &project, &name, key, producer, body).await
                 }
-                CollectionOp::Append {
-                    key,
-                    batch,
-                    content_type,
-                    routing_key,
-                    producer,
-                } => {
-                    let request = AppendCall {
-                        key,
-                        batch,
-                        content_type,
-                        routing_key,
-                        producer,
-                    };
-                    append(&state, &project, &name, request, body).await
-                }
+                CollectionOp::Append(call) => append(&state, &project, &name, call, body).await,
                 CollectionOp::Read {
                     key,
                     routing_key,
@@ -676,12 +655,14 @@ async fn create(
     Ok(json_response(status, metadata_json(&meta)))
 }
 
-struct AppendCall {
-    key: StreamKey,
-    batch: bool,
-    content_type: Option<String>,
-    routing_key: Result<Bytes, ApiError>,
-    producer: Result<Option<ProducerHeaders>, ApiError>,
+/// An append (`records` or `records:batch`), from its headers.
+#[derive(Debug)]
+pub struct AppendCall {
+    pub key: StreamKey,
+    pub batch: bool,
+    pub content_type: Option<String>,
+    pub routing_key: Result<Bytes, ApiError>,
+    pub producer: Result<Option<ProducerHeaders>, ApiError>,
 }
 
 /// The answer to an append or a final seal.
