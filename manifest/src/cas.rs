@@ -256,8 +256,43 @@ impl<C: CasCodec> CasObject<C> {
     }
 }
 
-/// Errors worth retrying: anything but a definite answer about the object.
+/// A write that reached the store but whose durability the store could not
+/// confirm (the local store's `fsync` failed after the object was published).
+/// The object may be readable now and gone after a power loss, so reading it
+/// back proves nothing: a writer must neither retry it nor count it as
+/// written, but treat its outcome as unknown and start again from the store.
+/// Stores report it as `object_store::Error::Generic` with this as source.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: the write reached the store but its durability is unknown: {reason}")]
+pub struct DurabilityUnknown {
+    pub path: String,
+    pub reason: String,
+}
+
+impl DurabilityUnknown {
+    /// The store error that carries it.
+    pub fn into_store_error(self, store: &'static str) -> object_store::Error {
+        object_store::Error::Generic {
+            store,
+            source: Box::new(self),
+        }
+    }
+}
+
+/// Whether `error` says a write's durability is unknown ([`DurabilityUnknown`]).
+pub fn is_durability_unknown(error: &object_store::Error) -> bool {
+    match error {
+        object_store::Error::Generic { source, .. } => source.is::<DurabilityUnknown>(),
+        _ => false,
+    }
+}
+
+/// Errors worth retrying: anything but a definite answer about the object
+/// (and never a write whose durability is unknown: see [`DurabilityUnknown`]).
 pub fn is_transient(error: &object_store::Error) -> bool {
+    if is_durability_unknown(error) {
+        return false;
+    }
     !matches!(
         error,
         object_store::Error::NotFound { .. }
