@@ -27,7 +27,7 @@ pub use keys::{
     KEY_FINGERPRINT_BYTES, STREAM_EPOCH_BYTES, STREAM_KEY_BYTES,
 };
 pub use page::{
-    open_page, parse_header, plan_pages, prepare_body, seal_page, OpenedPage, PageError,
-    PageHeader, PreparedBody, Record, MAX_PAGE_BODY_BYTES, MAX_RECORDS_PER_PAGE,
+    open_page, parse_header, plan_pages, prepare_body, seal_page, sealed_page_len, OpenedPage,
+    PageError, PageHeader, PreparedBody, Record, MAX_PAGE_BODY_BYTES, MAX_RECORDS_PER_PAGE,
     MAX_ROUTING_KEY_BYTES, PAGE_BODY_TARGET_BYTES,
 };

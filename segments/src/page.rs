@@ -291,6 +291,12 @@ fn aad(epoch: &[u8; STREAM_EPOCH_BYTES], header: &[u8]) -> Vec<u8> {
 
 /// Seals a prepared body into a page at `first_offset`. The cipher must be the
 /// one of (`routing_key`, `key_version`) for the stream.
+/// The length of the page [`seal_page`] makes of `body` under a routing key
+/// of `routing_key_len` bytes (header, sealed body, tag).
+pub fn sealed_page_len(body: &PreparedBody, routing_key_len: usize) -> usize {
+    HEADER_FIXED_BYTES + routing_key_len + NONCE_BYTES + body.content.len() + TAG_BYTES
+}
+
 pub fn seal_page(
     cipher: &PageCipher,
     body: &PreparedBody,

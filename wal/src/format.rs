@@ -339,11 +339,37 @@ pub fn encode(object: &WalObject) -> Result<EncodedObject, WalError> {
     Ok(EncodedObject { chunks, len })
 }
 
+/// Bytes of an object's header with a shard name of `shard_len` bytes,
+/// through its entry count (the trailing CRC is counted in
+/// [`OBJECT_TRAILER_BYTES`]).
+pub const fn header_encoded_len(shard_len: usize) -> usize {
+    8 + 2 + 1 + 1 + 8 + 8 + 8 + 16 + 16 + 2 + shard_len + 4
+}
+
+/// Bytes after the last entry (the CRC).
+pub const OBJECT_TRAILER_BYTES: usize = 4;
+
+/// Bytes one entry takes in an encoded object (tag, length, body).
+pub fn entry_encoded_len(entry: &WalEntry) -> usize {
+    ENTRY_FRAME_BYTES + body_len(entry)
+}
+
+/// Bytes an append entry takes whose pages have these lengths (for callers
+/// that size an entry before its pages are sealed).
+pub fn append_entry_encoded_len(page_lens: impl Iterator<Item = usize>) -> usize {
+    ENTRY_FRAME_BYTES + APPEND_FIXED_BYTES + page_lens.map(|len| 4 + len).sum::<usize>()
+}
+
+/// Tag u8 and body length u32 before every entry body.
+const ENTRY_FRAME_BYTES: usize = 1 + 4;
+/// An append body before its pages: stream, offsets, counts, timestamp, page count.
+const APPEND_FIXED_BYTES: usize = 24 + 8 + 8 + 8 + 8 + 4;
+
 fn body_len(entry: &WalEntry) -> usize {
     match entry {
         WalEntry::Create(_) => 24 + 8 + 16 + 16,
         WalEntry::Append(a) => {
-            24 + 8 + 8 + 8 + 8 + 4 + a.pages.iter().map(|p| 4 + p.len()).sum::<usize>()
+            APPEND_FIXED_BYTES + a.pages.iter().map(|p| 4 + p.len()).sum::<usize>()
         }
         WalEntry::Producer(p) => 24 + 2 + p.producer_id.len() + 8 * 4 + 16,
         WalEntry::StreamSeq(s) => 24 + 2 + s.seq.len(),
@@ -721,6 +747,23 @@ fn get_stream(b: &mut Bytes) -> Result<StreamRef, WalError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn encoded_lengths_add_up_to_the_encoding() {
+        let object = sample();
+        let predicted = header_encoded_len(object.header.shard.len())
+            + object.entries.iter().map(entry_encoded_len).sum::<usize>()
+            + OBJECT_TRAILER_BYTES;
+        assert_eq!(predicted, encode(&object).unwrap().len);
+        for entry in &object.entries {
+            if let WalEntry::Append(a) = entry {
+                assert_eq!(
+                    append_entry_encoded_len(a.pages.iter().map(Bytes::len)),
+                    entry_encoded_len(entry)
+                );
+            }
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 

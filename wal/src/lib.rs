@@ -34,8 +34,10 @@ pub mod format;
 pub mod walk;
 
 pub use format::{
-    decode, decode_header, encode, AppendEntry, CloseEntry, CreateEntry, DeleteEntry,
-    EncodedObject, ObjectKind, ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalError,
-    WalHeader, WalObject, WriterId, FORMAT_VERSION, MAGIC, MAX_OBJECT_BYTES, NO_SLOT,
+    append_entry_encoded_len, decode, decode_header, encode, entry_encoded_len, header_encoded_len,
+    AppendEntry, CloseEntry, CreateEntry, DeleteEntry, EncodedObject, ObjectKind, ProducerEntry,
+    StreamRef, StreamSeqEntry, WalEntry, WalError, WalHeader, WalObject, WriterId, FORMAT_VERSION,
+    MAGIC, MAX_ENTRIES, MAX_OBJECT_BYTES, MAX_PRODUCER_ID_BYTES, MAX_STREAM_SEQ_BYTES, NO_SLOT,
+    OBJECT_TRAILER_BYTES,
 };
 pub use walk::{Admission, LogWalk};

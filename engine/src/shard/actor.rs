@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store::PutPayload;
 use strata_manifest::{Manifest, ReplayPoint, Versioned};
-use strata_segments::{seal_page, PageCipher, PageError, PreparedBody};
+use strata_segments::{seal_page, sealed_page_len, PageCipher, PageError, PreparedBody};
 use strata_wal::{
     AppendEntry, CloseEntry, CreateEntry, DeleteEntry, ObjectKind, ProducerEntry, StreamSeqEntry,
     WalEntry, WalHeader, WalObject, WriterId,
@@ -110,6 +110,20 @@ enum StagedEntry {
 }
 
 impl StagedEntry {
+    /// Bytes the entry takes in its WAL object once sealed and encoded.
+    fn encoded_len(&self) -> usize {
+        match self {
+            StagedEntry::Ready(entry) => strata_wal::entry_encoded_len(entry),
+            StagedEntry::Append {
+                routing_key, pages, ..
+            } => strata_wal::append_entry_encoded_len(
+                pages
+                    .iter()
+                    .map(|p| sealed_page_len(&p.body, routing_key.len())),
+            ),
+        }
+    }
+
     /// Seals an append's pages; any other entry is ready as it is.
     fn seal(self) -> Result<WalEntry, PageError> {
         match self {
@@ -144,6 +158,7 @@ impl StagedEntry {
 struct Batch {
     entries: Vec<StagedEntry>,
     replies: Vec<Reply>,
+    /// Encoded size of `entries` (pages as sealed, every entry's framing).
     bytes: usize,
 }
 
@@ -501,12 +516,7 @@ impl Actor {
             next_offset,
             closed: job.close,
         };
-        self.stage(
-            job.stream,
-            entries,
-            page_bytes,
-            Reply::Append(job.reply, Ok(ack)),
-        );
+        self.stage(job.stream, entries, Reply::Append(job.reply, Ok(ack)));
     }
 
     fn commit_create(
@@ -519,7 +529,7 @@ impl Actor {
             CreateVerdict::New => {
                 self.staged.insert(stream.id, Tail::new(&create));
                 let entry = StagedEntry::Ready(WalEntry::Create(create));
-                self.push_staged(vec![entry], 0, Reply::Create(reply, Ok(CreateAck::Created)));
+                self.push_staged(vec![entry], Reply::Create(reply, Ok(CreateAck::Created)));
             }
             CreateVerdict::Exists => {
                 let same_key = self.staged.get(&stream.id).is_some_and(|t| {
@@ -551,11 +561,11 @@ impl Actor {
             return self.reply_when_durable(Reply::Unit(reply, Err(EngineError::StreamNotFound)));
         }
         let entry = StagedEntry::Ready(WalEntry::Delete(DeleteEntry { stream }));
-        self.stage(stream, vec![entry], 0, Reply::Unit(reply, Ok(())));
+        self.stage(stream, vec![entry], Reply::Unit(reply, Ok(())));
     }
 
     /// Applies entries to the staged tail of `stream`, then stages them.
-    fn stage(&mut self, stream: StreamRef, entries: Vec<StagedEntry>, bytes: usize, reply: Reply) {
+    fn stage(&mut self, stream: StreamRef, entries: Vec<StagedEntry>, reply: Reply) {
         let tail = self
             .staged
             .get_mut(&stream.id)
@@ -572,14 +582,27 @@ impl Actor {
                 return;
             }
         }
-        self.push_staged(entries, bytes, reply);
+        self.push_staged(entries, reply);
     }
 
-    fn push_staged(&mut self, entries: Vec<StagedEntry>, bytes: usize, reply: Reply) {
-        let max = self.ctx.config.max_object_bytes;
+    /// Adds a request's entries to the newest batch, or starts a new one when
+    /// they would take it past the object's size or entry limit (a request's
+    /// entries are never split). Every entry counts, with or without pages.
+    fn push_staged(&mut self, entries: Vec<StagedEntry>, reply: Reply) {
+        let bytes: usize = entries.iter().map(StagedEntry::encoded_len).sum();
+        let bytes_max = self.object_bytes_max();
+        let entries_max = self
+            .ctx
+            .config
+            .max_object_entries
+            .clamp(1, strata_wal::MAX_ENTRIES);
         let start_new = match self.batches.back() {
             None => true,
-            Some(b) => b.bytes > 0 && b.bytes + bytes > max,
+            Some(b) => {
+                !b.entries.is_empty()
+                    && (b.bytes + bytes > bytes_max
+                        || b.entries.len() + entries.len() > entries_max)
+            }
         };
         if start_new {
             self.batches.push_back(Batch::default());
@@ -589,6 +612,17 @@ impl Actor {
         batch.replies.push(reply);
         batch.bytes += bytes;
         self.pending_bytes += bytes;
+    }
+
+    /// Entry bytes one WAL object carries at most: the configured cut, within
+    /// what the format can hold beside the header.
+    fn object_bytes_max(&self) -> usize {
+        let framing = strata_wal::header_encoded_len(self.ctx.layout.shard().as_str().len())
+            + strata_wal::OBJECT_TRAILER_BYTES;
+        self.ctx
+            .config
+            .max_object_bytes
+            .min(strata_wal::MAX_OBJECT_BYTES - framing)
     }
 
     /// Sends `reply` once everything committed so far is durable.
@@ -764,7 +798,7 @@ impl Actor {
             WalPutOutcome::Written => {}
             WalPutOutcome::Fenced { epoch } => {
                 tracing::warn!(shard = %self.ctx.layout.shard(), newer_epoch = epoch, "fenced by a newer owner");
-                self.become_fenced();
+                self.become_fenced(Some(done.issue));
                 return;
             }
             WalPutOutcome::Collision { epoch } => {
@@ -916,13 +950,39 @@ impl Actor {
         self.pending_bytes = 0;
     }
 
-    fn become_fenced(&mut self) {
+    /// A newer owner holds the shard. `fenced_at` is the issue of the object
+    /// whose slot a newer owner's object took, if one did: that object and
+    /// every later one cannot be in the newer owner's log (they lie at or
+    /// after its fence), so their requests are answered `Fenced` (not
+    /// written; retry elsewhere as is). Objects issued before it may have
+    /// landed before the fence and be part of the newer owner's log: their
+    /// requests are answered `OutcomeUnknown`, as is everything in flight
+    /// when no slot says where the fence lies (a seal or a garbage check
+    /// found the newer owner).
+    fn become_fenced(&mut self, fenced_at: Option<u64>) {
         self.fenced = true;
         for waiter in self.seal.waiting.drain(..) {
             let _ = waiter.send(Err(EngineError::Fenced));
         }
         self.failed_issue = None;
-        self.fail_pending(EngineError::Fenced);
+        // Dropping the set aborts the PUTs still running.
+        self.puts = JoinSet::new();
+        self.put_tasks.clear();
+        for object in self.inflight.drain(..) {
+            let error = match fenced_at {
+                Some(at) if object.issue >= at => EngineError::Fenced,
+                _ => EngineError::OutcomeUnknown,
+            };
+            for reply in object.replies {
+                reply.fail(error.clone());
+            }
+        }
+        for batch in self.batches.drain(..) {
+            for reply in batch.replies {
+                reply.fail(EngineError::Fenced);
+            }
+        }
+        self.pending_bytes = 0;
         self.shared.status.send_replace(ShardStatus::Fenced);
     }
 
@@ -934,7 +994,7 @@ impl Actor {
         let claimed = loop {
             match recovery::reclaim(&self.ctx, self.epoch).await {
                 Ok(claimed) => break claimed,
-                Err(EngineError::Fenced) => return self.become_fenced(),
+                Err(EngineError::Fenced) => return self.become_fenced(None),
                 Err(error) => self.back_off(&mut attempt, &error).await,
             }
         };
@@ -946,7 +1006,7 @@ impl Actor {
                     self.shared.status.send_replace(ShardStatus::Active);
                     return;
                 }
-                Err(EngineError::Fenced) => return self.become_fenced(),
+                Err(EngineError::Fenced) => return self.become_fenced(None),
                 Err(error) => self.back_off(&mut attempt, &error).await,
             }
         }
@@ -1161,7 +1221,7 @@ impl Actor {
             Ok(Err(SealFailure::Fenced)) => {
                 tracing::warn!(shard = %self.ctx.layout.shard(), "seal refused: fenced by a newer owner");
                 self.seal.failed(now, EngineError::Fenced);
-                return self.become_fenced();
+                return self.become_fenced(None);
             }
             Ok(Err(SealFailure::Failed(error))) => {
                 tracing::warn!(shard = %self.ctx.layout.shard(), %error, "seal failed; backing off");
@@ -1271,7 +1331,8 @@ impl Actor {
             return;
         }
         self.collecting = true;
-        self.gc_tasks.spawn(gc::collect(self.ctx.clone(), batch));
+        self.gc_tasks
+            .spawn(gc::collect(self.ctx.clone(), batch, self.epoch));
     }
 
     fn on_gc_joined(&mut self, joined: Result<GcOutcome, tokio::task::JoinError>) {
@@ -1293,6 +1354,14 @@ impl Actor {
                     .fetch_add(deleted, Ordering::Relaxed);
                 for garbage in failed {
                     self.gc.push(now + GC_RETRY, garbage);
+                }
+            }
+            Ok(GcOutcome::NotOwner { epoch }) => {
+                self.collecting = false;
+                // A check from before this owner's own re-claim says nothing now.
+                if epoch == self.epoch && !self.fenced {
+                    tracing::warn!(shard = %self.ctx.layout.shard(), epoch, "the manifest names another writer: garbage collection stops and the shard is fenced");
+                    self.become_fenced(None);
                 }
             }
             Err(error) => {

@@ -162,6 +162,10 @@ pub(crate) enum GcOutcome {
     Swept(Result<Vec<Garbage>, EngineError>),
     /// A collection ended; these could not be deleted (queued again).
     Collected { failed: Vec<Garbage>, deleted: u64 },
+    /// The manifest's writer is no longer this owner at `epoch` (a newer
+    /// owner, or an operator's rollback or recovery, replaced it): nothing
+    /// was deleted, and this owner must stop.
+    NotOwner { epoch: u64 },
 }
 
 /// One object's fate.
@@ -208,8 +212,33 @@ async fn run_job(ctx: &ShardCtx, job: Job) -> Result<(), object_store::Error> {
     }
 }
 
-/// Deletes (or tombstones) a batch of garbage.
-pub(crate) async fn collect(ctx: Arc<ShardCtx>, batch: Vec<Garbage>) -> GcOutcome {
+/// Whether the manifest in the store is still this owner's at `epoch`: read
+/// before every batch, so an owner that lost the shard without writing
+/// anything since (an idle owner, or one an operator's rollback or recovery
+/// replaced) deletes nothing the restored manifest may list.
+async fn still_owner(ctx: &ShardCtx, epoch: u64) -> Result<bool, EngineError> {
+    let current = ctx.manifest.load().await.map_err(|e| EngineError::Store {
+        reason: e.to_string(),
+    })?;
+    Ok(current.is_some_and(|m| {
+        m.value.writer.instance == ctx.instance.0 && m.value.writer.epoch == epoch
+    }))
+}
+
+/// Deletes (or tombstones) a batch of garbage, once the manifest confirms
+/// that this owner (at `epoch`) still holds the shard.
+pub(crate) async fn collect(ctx: Arc<ShardCtx>, batch: Vec<Garbage>, epoch: u64) -> GcOutcome {
+    match still_owner(&ctx, epoch).await {
+        Ok(true) => {}
+        Ok(false) => return GcOutcome::NotOwner { epoch },
+        Err(error) => {
+            tracing::warn!(shard = %ctx.layout.shard(), %error, "garbage collection could not confirm ownership; retrying later");
+            return GcOutcome::Collected {
+                failed: batch,
+                deleted: 0,
+            };
+        }
+    }
     let work: Vec<(usize, Job)> = batch
         .iter()
         .enumerate()

@@ -45,7 +45,8 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use strata_manifest::{CasObject, ManifestCodec, RetryPolicy};
 use strata_segments::{
-    plan_pages, prepare_body, PageCipher, PreparedBody, StreamCipher, MAX_ROUTING_KEY_BYTES,
+    plan_pages, prepare_body, sealed_page_len, PageCipher, PreparedBody, StreamCipher,
+    MAX_ROUTING_KEY_BYTES,
 };
 use strata_wal::CreateEntry;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -62,6 +63,36 @@ pub use state::{
 };
 pub use tiers::ChunkCache;
 
+/// The largest append entry a WAL object can carry beside its header, the
+/// request's producer, `Stream-Seq` and close entries, and a shard name of
+/// the longest length.
+const APPEND_ENTRY_BYTES_MAX: usize = strata_wal::MAX_OBJECT_BYTES - (64 << 10);
+
+/// Checks the request against every WAL format limit that is not a page's
+/// (those `prepare_body` checks), so nothing is refused first by the encoder
+/// inside a PUT task, where it would fail the whole group commit.
+fn check_wal_limits(request: &AppendRequest) -> Result<(), EngineError> {
+    if let Some(claim) = &request.producer {
+        if claim.id.len() > strata_wal::MAX_PRODUCER_ID_BYTES {
+            return Err(EngineError::TooLarge {
+                what: "producer id",
+                size: claim.id.len() as u64,
+                limit: strata_wal::MAX_PRODUCER_ID_BYTES as u64,
+            });
+        }
+    }
+    if let Some(seq) = &request.stream_seq {
+        if seq.len() > strata_wal::MAX_STREAM_SEQ_BYTES {
+            return Err(EngineError::TooLarge {
+                what: "Stream-Seq",
+                size: seq.len() as u64,
+                limit: strata_wal::MAX_STREAM_SEQ_BYTES as u64,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Tunables of one shard.
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
@@ -76,8 +107,12 @@ pub struct ShardConfig {
     pub pipeline_min_bytes: usize,
     /// Minimum time between the starts of two WAL PUTs.
     pub min_flush_gap: Duration,
-    /// A WAL object is cut at this many page bytes (one request is never split).
+    /// A WAL object is cut at this many encoded bytes (one request is never
+    /// split; held within the format's `MAX_OBJECT_BYTES`).
     pub max_object_bytes: usize,
+    /// …or at this many entries (held within the format's `MAX_ENTRIES`):
+    /// creates, closes and producer records count though they carry no pages.
+    pub max_object_entries: usize,
     /// Page bytes staged or in flight before the committer stops taking commands.
     pub max_pending_bytes: usize,
     /// Durable page bytes held in memory before the committer stops taking
@@ -116,6 +151,7 @@ impl Default for ShardConfig {
             pipeline_min_bytes: 16 << 10,
             min_flush_gap: Duration::ZERO,
             max_object_bytes: 16 << 20,
+            max_object_entries: strata_wal::MAX_ENTRIES,
             max_pending_bytes: 128 << 20,
             max_memory_page_bytes: 2 << 30,
             max_records_per_append: 1 << 20,
@@ -465,10 +501,10 @@ impl Shard {
         })
     }
 
+    /// A command the actor took and dropped unanswered (it stopped, or the
+    /// process is going down) may have been written: its outcome is unknown.
     async fn answer<T>(rx: oneshot::Receiver<Result<T, EngineError>>) -> Result<T, EngineError> {
-        rx.await.unwrap_or(Err(EngineError::Unavailable {
-            reason: "the shard stopped before answering".into(),
-        }))
+        rx.await.unwrap_or(Err(EngineError::OutcomeUnknown))
     }
 
     /// Creates a stream incarnation keyed by `cipher` (its epoch and key
@@ -554,6 +590,7 @@ impl Shard {
                 limit: config.max_append_bytes as u64,
             });
         }
+        check_wal_limits(&request)?;
         if request.routing_key.len() > MAX_ROUTING_KEY_BYTES {
             return Err(EngineError::TooLarge {
                 what: "routing key",
@@ -580,6 +617,18 @@ impl Shard {
                     cipher: cipher.clone(),
                 });
             }
+        }
+        let entry_bytes = strata_wal::append_entry_encoded_len(
+            pages
+                .iter()
+                .map(|p| sealed_page_len(&p.body, request.routing_key.len())),
+        );
+        if entry_bytes > APPEND_ENTRY_BYTES_MAX {
+            return Err(EngineError::TooLarge {
+                what: "append (as encoded in the WAL)",
+                size: entry_bytes as u64,
+                limit: APPEND_ENTRY_BYTES_MAX as u64,
+            });
         }
         let (reply, rx) = oneshot::channel();
         self.submit(Command::Append(Box::new(AppendJob {

@@ -31,6 +31,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use strata_manifest::cas::is_durability_unknown;
 use strata_manifest::index_run::{self, IndexRun};
 use strata_manifest::{
     add_window, CasError, IndexRunRef, Manifest, ReplayPoint, SegmentRef, SlotRange, Versioned,
@@ -106,7 +107,9 @@ pub(crate) enum SealFailure {
 const RESOLVE_ATTEMPTS_MAX: u32 = 20;
 
 /// Settles an ambiguous manifest write by reading the manifest back: our write
-/// id means it landed; the manifest we replaced means it did not; anything
+/// id means it landed; the manifest we replaced means it did not; another
+/// write of this same owner (an earlier seal's write that landed after it
+/// was given up) means the owner's picture of the store is stale; anything
 /// else means a newer owner wrote.
 async fn resolve(
     ctx: &ShardCtx,
@@ -122,7 +125,7 @@ async fn resolve(
                     reason: "the seal's manifest write did not land".into(),
                 }))
             }
-            Ok(_) => return Err(SealFailure::Fenced),
+            Ok(current) => return Err(other_writer(&base.value, current.as_ref())),
             Err(e) => last_error = Some(e.to_string()),
         }
         let wait = ctx
@@ -135,6 +138,40 @@ async fn resolve(
     Err(SealFailure::Unknown(EngineError::Store {
         reason: last_error.unwrap_or_default(),
     }))
+}
+
+/// The verdict on a manifest that is neither the one a seal replaced nor its
+/// own write. Written by this same owner (instance and epoch) it is an
+/// earlier write of ours that landed after we gave it up: not a newer owner,
+/// so never `Fenced`; the owner re-opens from the store (which re-claims and
+/// finds out for sure). Anyone else's is a newer owner's.
+fn other_writer(base: &Manifest, current: Option<&Versioned<Manifest>>) -> SealFailure {
+    match current {
+        Some(c)
+            if c.value.writer.instance == base.writer.instance
+                && c.value.writer.epoch == base.writer.epoch =>
+        {
+            SealFailure::Unknown(EngineError::Store {
+                reason: format!(
+                    "the manifest holds version {}, an earlier write of this owner that landed late",
+                    c.value.version
+                ),
+            })
+        }
+        _ => SealFailure::Fenced,
+    }
+}
+
+/// A seal's manifest CAS met another version: read it to tell a newer
+/// owner from a late write of our own. An unreadable manifest leaves the
+/// outcome to a re-open.
+async fn conflict_verdict(ctx: &ShardCtx, base: &Versioned<Manifest>) -> SealFailure {
+    match ctx.manifest.load().await {
+        Ok(current) => other_writer(&base.value, current.as_ref()),
+        Err(e) => SealFailure::Unknown(EngineError::Store {
+            reason: e.to_string(),
+        }),
+    }
 }
 
 pub(crate) type SealResult = Result<SealDone, SealFailure>;
@@ -255,7 +292,11 @@ pub(crate) async fn run(ctx: Arc<ShardCtx>, plan: SealPlan) -> SealResult {
         .collect();
     let manifest = match ctx.manifest.replace(&base, next).await {
         Ok(m) => m,
-        Err(CasError::Conflict { .. }) => return Err(SealFailure::Fenced),
+        Err(CasError::Conflict { .. }) => return Err(conflict_verdict(&ctx, &base).await),
+        // Landed, but perhaps not durably: a read-back cannot settle it.
+        Err(CasError::Store { source, .. }) if is_durability_unknown(&source) => {
+            return Err(SealFailure::Unknown(EngineError::store(&source)))
+        }
         Err(e) => {
             tracing::warn!(shard = %ctx.layout.shard(), error = %e, "manifest write of a seal failed; reading it back");
             resolve(&ctx, &base, write_id).await?
