@@ -130,9 +130,11 @@ impl AppState {
         }
     }
 
-    /// Waits for a read of the service until `deadline` (then
-    /// [`ServiceError::Unavailable`]). A read changes nothing that matters
-    /// when it stops half-way.
+    /// Waits for a read (or a lookup, or a live wait) of the service until
+    /// `deadline`, then answers [`ServiceError::Unavailable`]. The read is
+    /// dropped there, as when its client hangs up: reads write nothing but
+    /// the in-memory access time, except the expiry of a stream whose time
+    /// is up, which a drop can cut short as a client hanging up could.
     pub async fn bounded<T>(
         &self,
         deadline: Instant,

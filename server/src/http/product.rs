@@ -1080,9 +1080,12 @@ async fn next_records(
             break;
         }
         if outcome.up_to_date() {
-            let waited = state
+            let wait = state
                 .streams
-                .wait(&call.project, &call.name, outcome.next, deadline - now)
+                .wait(&call.project, &call.name, outcome.next, deadline - now);
+            // The wait's own bound, and the store's should its lookup need it.
+            let waited = state
+                .bounded(state.deadline() + (deadline - now), wait)
                 .await
                 .map_err(service_error)?;
             if let WaitOutcome::TimedOut { .. } = waited {

@@ -759,14 +759,15 @@ async fn long_poll(
     let _slot = state.live_slot("live_capacity")?;
     let streams = &state.streams;
     // The reads are bounded by the store deadline; the wait for new records
-    // in between (in memory) by the long-poll timeout.
+    // in between (in memory) by the long-poll timeout (and, should its
+    // lookup need the store, by both).
     let mut outcome = state
         .bounded(state.deadline(), streams.read(project, &name, from, &key))
         .await?;
     if outcome.records.is_empty() && !outcome.closed {
-        let waited = streams
-            .wait(project, &name, outcome.next, state.config.long_poll_timeout)
-            .await?;
+        let timeout = state.config.long_poll_timeout;
+        let wait = streams.wait(project, &name, outcome.next, timeout);
+        let waited = state.bounded(state.deadline() + timeout, wait).await?;
         if let WaitOutcome::Ready { .. } = waited {
             let from = ReadFrom::Position(outcome.next);
             outcome = state

@@ -181,8 +181,10 @@ async fn run(
         }
         let position = outcome.next;
         if outcome.up_to_date() {
+            let timeout = state.config.long_poll_timeout;
+            let wait = streams.wait(&project, &name, position, timeout);
             let waited = tokio::select! {
-                waited = streams.wait(&project, &name, position, state.config.long_poll_timeout) => waited,
+                waited = state.bounded(state.deadline() + timeout, wait) => waited,
                 _ = tx.closed() => return,
             };
             match waited {
