@@ -6,6 +6,7 @@
 //! flushes and stops every shard, so every acknowledged append is durable and
 //! nothing staged is lost silently.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,11 @@ use clap::Args;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use object_store::ObjectStore;
 use strata_engine::shard::ChunkCache;
 use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, ShardName, SystemClock};
+use tokio::net::TcpListener;
 
 use crate::tenancy::Tenancy;
 use strata_manifest::RetryPolicy;
@@ -66,6 +69,11 @@ pub struct ServeArgs {
     /// Longest a long-poll (and an idle SSE interval) waits, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     pub long_poll_timeout_ms: u64,
+    /// Longest a request waits for the store, in milliseconds: then a write
+    /// answers 503 `outcome_unknown` (it may still complete) and a read 503
+    /// `unavailable`, both with `Retry-After`.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub append_timeout_ms: u64,
     /// DEVELOPMENT ONLY: the stream key for raw-route requests that carry none.
     #[arg(long, env = "STRATA_DEV_DEFAULT_KEY")]
     pub dev_default_key: Option<String>,
@@ -246,25 +254,14 @@ fn tenancy(args: &ServeArgs) -> Result<Tenancy, ServeError> {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), ServeError> {
-    let dev_default_key = match &args.dev_default_key {
-        Some(text) => {
-            if !args.listen.ip().is_loopback() && !args.allow_dev_key_on_public_address {
-                return Err(ServeError::Usage(
-                    "--dev-default-key is for development: refusing it on a non-loopback address \
-                     (pass --allow-dev-key-on-public-address to override)"
-                        .into(),
-                ));
-            }
-            tracing::warn!("DEVELOPMENT MODE: requests without Stream-Encryption-Key use the --dev-default-key key; never run this in production");
-            eprintln!("strata: WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
-            Some(
-                StreamKey::parse(text)
-                    .map_err(|e| ServeError::Usage(format!("--dev-default-key: {e}")))?,
-            )
-        }
-        None => None,
-    };
-    let tenancy = tenancy(&args)?;
+    // Bind before taking ownership of any shard: a second instance started
+    // by mistake on a busy address must fail without fencing the first.
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: args.listen,
+            source,
+        })?;
     let options = StoreOptions {
         s3: args.s3.options(),
         latency: Latency {
@@ -273,158 +270,217 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             other: Duration::from_millis(args.emulate_get_latency_ms),
         },
     };
-    // Bind before taking ownership of any shard: a second instance started
-    // by mistake on a busy address must fail without fencing the first.
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|source| ServeError::Listen {
+    let store = open_store(&args.store, &options)?;
+    let server = Server::open(&args, store, listener).await?;
+    let local = server.local_addr();
+    tracing::info!(%local, store = %args.store, shards = server.shards.len(), "listening");
+    eprintln!("strata: listening on http://{local} (store {})", args.store);
+    server.run(shutdown_signal()).await
+}
+
+/// A server over an opened store, with its shards claimed, bound to its
+/// listener but not serving yet ([`Server::run`]). `strata serve` builds one
+/// from its flags; tests build one over a store of their own.
+pub struct Server {
+    listener: TcpListener,
+    local: SocketAddr,
+    state: Arc<AppState>,
+    shards: Vec<Shard>,
+}
+
+impl Server {
+    /// Claims the shards of `store` (fencing any previous owner) and sets up
+    /// both HTTP surfaces as `args` say. `args.store`, `args.listen` (but for
+    /// the development key's loopback check) and the emulated latencies are
+    /// not used: the store and the listener are given.
+    pub async fn open(
+        args: &ServeArgs,
+        store: Arc<dyn ObjectStore>,
+        listener: TcpListener,
+    ) -> Result<Server, ServeError> {
+        let dev_default_key = match &args.dev_default_key {
+            Some(text) => {
+                if !args.listen.ip().is_loopback() && !args.allow_dev_key_on_public_address {
+                    return Err(ServeError::Usage(
+                        "--dev-default-key is for development: refusing it on a non-loopback address \
+                         (pass --allow-dev-key-on-public-address to override)"
+                            .into(),
+                    ));
+                }
+                tracing::warn!("DEVELOPMENT MODE: requests without Stream-Encryption-Key use the --dev-default-key key; never run this in production");
+                eprintln!("strata: WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
+                Some(
+                    StreamKey::parse(text)
+                        .map_err(|e| ServeError::Usage(format!("--dev-default-key: {e}")))?,
+                )
+            }
+            None => None,
+        };
+        let tenancy = tenancy(args)?;
+        let local = listener.local_addr().map_err(|source| ServeError::Listen {
             addr: args.listen,
             source,
         })?;
-    let store = open_store(&args.store, &options)?;
-    let env = EngineEnv::production(store.clone());
-    let instance = InstanceId(strata_engine::Entropy::bytes16(&OsEntropy));
-    let config = ShardConfig {
-        ingest_queue_capacity: args.ingest_queue_capacity,
-        max_pending_bytes: args.max_pending_bytes,
-        pipeline_depth: args.pipeline_depth,
-        pipeline_min_bytes: args.pipeline_min_bytes,
-        min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
-        max_append_bytes: args.max_body_bytes.max(args.max_record_bytes),
-        seal_bytes: args.sealing.seal_bytes,
-        seal_objects: args.sealing.seal_objects,
-        seal_age: Duration::from_millis(args.sealing.seal_age_ms),
-        max_index_runs: args.sealing.max_index_runs,
-        gc_grace: Duration::from_millis(args.sealing.gc_grace_ms),
-        chunk_cache: args.sealing.chunk_cache(args.listen)?,
-        ..ShardConfig::default()
-    };
-    crate::topology::settle(&store, args.shards.max(1))
-        .await
-        .map_err(|e| ServeError::Usage(e.to_string()))?;
-    let mut shards = Vec::new();
-    for i in 0..args.shards.max(1) {
-        let name = format!("s{i}");
-        let shard = Shard::open(
-            env.clone(),
-            ShardName::new(&name).expect("valid shard name"),
-            instance,
-            config.clone(),
-        )
-        .await
-        .map_err(|source| ServeError::Shard {
-            shard: name.clone(),
-            source,
-        })?;
-        let report = shard.last_recovery();
-        tracing::info!(shard = %name, epoch = report.epoch, wal_objects = report.wal_objects_applied, streams = report.streams, "shard open");
-        shards.push(shard);
-    }
-    let clock = Arc::new(SystemClock);
-    let registry = Registry::new(
-        store.clone(),
-        RetryPolicy::default(),
-        strata_engine::Clock::now_ms(&SystemClock),
-    );
-    let streams = Arc::new(Streams::new(
-        registry,
-        shards.clone(),
-        clock,
-        Arc::new(OsEntropy),
-        StreamsConfig {
-            max_record_bytes: args.max_record_bytes,
-            ..StreamsConfig::default()
-        },
-    ));
-    let subscriptions =
-        Subscriptions::open(streams.clone(), store.clone(), args.allow_loopback_webhooks)
+        let env = EngineEnv::production(store.clone());
+        let instance = InstanceId(strata_engine::Entropy::bytes16(&OsEntropy));
+        let config = ShardConfig {
+            ingest_queue_capacity: args.ingest_queue_capacity,
+            max_pending_bytes: args.max_pending_bytes,
+            pipeline_depth: args.pipeline_depth,
+            pipeline_min_bytes: args.pipeline_min_bytes,
+            min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
+            max_append_bytes: args.max_body_bytes.max(args.max_record_bytes),
+            seal_bytes: args.sealing.seal_bytes,
+            seal_objects: args.sealing.seal_objects,
+            seal_age: Duration::from_millis(args.sealing.seal_age_ms),
+            max_index_runs: args.sealing.max_index_runs,
+            gc_grace: Duration::from_millis(args.sealing.gc_grace_ms),
+            chunk_cache: args.sealing.chunk_cache(local)?,
+            ..ShardConfig::default()
+        };
+        crate::topology::settle(&store, args.shards.max(1))
             .await
-            .map_err(ServeError::Usage)?;
-    streams.set_observer(Arc::new(SubscriptionObserver(Arc::downgrade(
-        &subscriptions,
-    ))));
-    // Streams that expire while nobody touches them: their deadlines, from
-    // the registry once now, then as they are created or used.
-    tokio::spawn(crate::reaper::run(Arc::downgrade(&streams)));
-    streams.begin_startup_scan();
-    {
-        let streams = streams.clone();
-        tokio::spawn(async move {
-            match streams.startup_scan().await {
-                Ok(scan) => tracing::info!(
-                    expiring = scan.expiring,
-                    catalog_added = scan.catalog_added,
-                    catalog_removed = scan.catalog_removed,
-                    "registry scanned: expiry deadlines loaded, catalogs reconciled"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not scan the registry; streams expire on access and catalogs are not reconciled")
-                }
-            }
-        });
-    }
-    let state = Arc::new(AppState {
-        streams: streams.clone(),
-        subscriptions,
-        config: HttpConfig {
-            tenancy,
-            dev_default_key,
-            long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
-            max_body_bytes: args.max_body_bytes,
-            max_live_connections: args.max_live_connections,
-        },
-        live_connections: Default::default(),
-    });
-    let local = listener.local_addr().map_err(|source| ServeError::Listen {
-        addr: args.listen,
-        source,
-    })?;
-    tracing::info!(%local, store = %args.store, shards = shards.len(), "listening");
-    eprintln!("strata: listening on http://{local} (store {})", args.store);
-
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown_signal());
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (socket, _) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                let _ = socket.set_nodelay(true);
-                let state = state.clone();
-                let connection = http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(
-                        TokioIo::new(socket),
-                        service_fn(move |request| crate::http::handle(state.clone(), request)),
-                    );
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    if let Err(e) = connection.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            _ = &mut shutdown => break,
+            .map_err(|e| ServeError::Usage(e.to_string()))?;
+        let mut shards = Vec::new();
+        for i in 0..args.shards.max(1) {
+            let name = format!("s{i}");
+            let shard_name = ShardName::new(&name).map_err(|e| ServeError::Usage(e.to_string()))?;
+            let shard = Shard::open(env.clone(), shard_name, instance, config.clone())
+                .await
+                .map_err(|source| ServeError::Shard {
+                    shard: name.clone(),
+                    source,
+                })?;
+            let report = shard.last_recovery();
+            tracing::info!(shard = %name, epoch = report.epoch, wal_objects = report.wal_objects_applied, streams = report.streams, "shard open");
+            shards.push(shard);
         }
+        let clock = Arc::new(SystemClock);
+        let registry = Registry::new(
+            store.clone(),
+            RetryPolicy::default(),
+            strata_engine::Clock::now_ms(&SystemClock),
+        );
+        let streams = Arc::new(Streams::new(
+            registry,
+            shards.clone(),
+            clock,
+            Arc::new(OsEntropy),
+            StreamsConfig {
+                max_record_bytes: args.max_record_bytes,
+                ..StreamsConfig::default()
+            },
+        ));
+        let subscriptions =
+            Subscriptions::open(streams.clone(), store.clone(), args.allow_loopback_webhooks)
+                .await
+                .map_err(ServeError::Usage)?;
+        streams.set_observer(Arc::new(SubscriptionObserver(Arc::downgrade(
+            &subscriptions,
+        ))));
+        // Streams that expire while nobody touches them: their deadlines, from
+        // the registry once now, then as they are created or used.
+        tokio::spawn(crate::reaper::run(Arc::downgrade(&streams)));
+        streams.begin_startup_scan();
+        {
+            let streams = streams.clone();
+            tokio::spawn(async move {
+                match streams.startup_scan().await {
+                    Ok(scan) => tracing::info!(
+                        expiring = scan.expiring,
+                        catalog_added = scan.catalog_added,
+                        catalog_removed = scan.catalog_removed,
+                        "registry scanned: expiry deadlines loaded, catalogs reconciled"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not scan the registry; streams expire on access and catalogs are not reconciled")
+                    }
+                }
+            });
+        }
+        let state = Arc::new(AppState::new(
+            streams,
+            subscriptions,
+            HttpConfig {
+                tenancy,
+                dev_default_key,
+                long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
+                max_body_bytes: args.max_body_bytes,
+                max_live_connections: args.max_live_connections,
+                append_timeout: Duration::from_millis(args.append_timeout_ms),
+            },
+        ));
+        Ok(Server {
+            listener,
+            local,
+            state,
+            shards,
+        })
     }
-    eprintln!("strata: shutting down: finishing requests in flight");
-    drop(listener);
-    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("some connections were still open after 10 s");
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
     }
-    for shard in &shards {
-        shard.shutdown().await;
+
+    /// The claimed shards (tests seal or inspect them).
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
     }
-    eprintln!("strata: stopped");
-    Ok(())
+
+    /// Serves until `shutdown` completes, then stops accepting, lets requests
+    /// in flight finish (at most 10 s), and flushes and stops every shard.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+        let Server {
+            listener,
+            state,
+            shards,
+            ..
+        } = self;
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (socket, _) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            continue;
+                        }
+                    };
+                    let _ = socket.set_nodelay(true);
+                    let state = state.clone();
+                    let connection = http1::Builder::new()
+                        .keep_alive(true)
+                        .serve_connection(
+                            TokioIo::new(socket),
+                            service_fn(move |request| crate::http::handle(state.clone(), request)),
+                        );
+                    let connection = graceful.watch(connection);
+                    tokio::spawn(async move {
+                        if let Err(e) = connection.await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                    });
+                }
+                _ = &mut shutdown => break,
+            }
+        }
+        eprintln!("strata: shutting down: finishing requests in flight");
+        drop(listener);
+        if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("some connections were still open after 10 s");
+        }
+        for shard in &shards {
+            shard.shutdown().await;
+        }
+        eprintln!("strata: stopped");
+        Ok(())
+    }
 }
 
 async fn shutdown_signal() {

@@ -73,8 +73,14 @@ pub enum ServiceError {
     TooLarge { what: &'static str, limit: u64 },
     #[error("the shard is overloaded; retry shortly")]
     Overloaded,
+    /// Not applied (or, for a read, not answered): the request may be sent
+    /// again as it is.
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// A write that may or may not be durable: it may have reached the store
+    /// (or may still reach it) without this server learning so.
+    #[error("the outcome of the write is unknown: {0}")]
+    OutcomeUnknown(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -98,12 +104,13 @@ impl From<EngineError> for ServiceError {
             EngineError::Page(p) => ServiceError::BadRequest(p.to_string()),
             EngineError::Overloaded => ServiceError::Overloaded,
             EngineError::Unavailable { reason } => ServiceError::Unavailable(reason),
-            EngineError::OutcomeUnknown => ServiceError::Unavailable(
-                "the write's outcome is unknown; check the stream before retrying".into(),
+            EngineError::OutcomeUnknown => ServiceError::OutcomeUnknown(
+                "a WAL write failed after it may have reached the store".into(),
             ),
-            EngineError::Fenced => {
-                ServiceError::Unavailable("this server no longer owns the stream's shard".into())
-            }
+            EngineError::Fenced => ServiceError::Unavailable(
+                "this server no longer owns the stream's shard (fenced); the request was not applied"
+                    .into(),
+            ),
             EngineError::ShuttingDown => ServiceError::Unavailable("shutting down".into()),
             e @ (EngineError::PageAuthentication { .. }
             | EngineError::Corrupt { .. }
@@ -337,7 +344,7 @@ pub struct Streams {
     /// Deadlines of streams that expire (see `reaper`).
     reaper: Arc<Reaper>,
     /// False from [`Streams::begin_startup_scan`] until the scan ended:
-    /// catalog listings wait for it (see [`Streams::catalog_page`]).
+    /// catalog listings wait for it (see [`Streams::startup_scanned`]).
     startup_scanned: tokio::sync::watch::Sender<bool>,
 }
 
@@ -1179,20 +1186,25 @@ impl Streams {
         }
     }
 
+    /// Waits until the start-up scan ended, at most `STARTUP_SCAN_WAIT_MAX`:
+    /// a listing waits for it, so that a restarted server does not list what
+    /// the scan is about to repair. After a start, the catalog is trusted
+    /// once the scan repaired it; a scan slower than this bound is answered
+    /// from the catalog as it is.
+    pub async fn startup_scanned(&self) {
+        let mut scanned = self.startup_scanned.subscribe();
+        let _ = tokio::time::timeout(STARTUP_SCAN_WAIT_MAX, scanned.wait_for(|done| *done)).await;
+    }
+
     /// A page of the project's live streams (bucket GETs, never one
-    /// descriptor per stream). While the start-up scan runs, a listing waits
-    /// for it (at most `STARTUP_SCAN_WAIT_MAX`), so a restarted server does
-    /// not list what the scan is about to repair.
+    /// descriptor per stream). Listings wait for [`Streams::startup_scanned`]
+    /// first.
     pub async fn catalog_page(
         &self,
         project: &str,
         from: Option<&CatalogCursor>,
         limit: usize,
     ) -> Result<CatalogPage, ServiceError> {
-        // After a start, the catalog is trusted once the scan repaired it; a
-        // scan slower than this bound is answered from the catalog as it is.
-        let mut scanned = self.startup_scanned.subscribe();
-        let _ = tokio::time::timeout(STARTUP_SCAN_WAIT_MAX, scanned.wait_for(|done| *done)).await;
         self.catalog
             .page(project, from, limit)
             .await

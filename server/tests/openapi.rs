@@ -5,6 +5,8 @@
 //! the response's `x-error-codes`. Every documented status and error code of
 //! every operation must also be produced at least once, except the few that
 //! only a failing store or an overloaded shard can cause ([`UNPROVOKED`]).
+//! `outcome_unknown` is produced by a server whose store answers every PUT
+//! later than the server's append deadline.
 
 mod common;
 
@@ -985,6 +987,56 @@ async fn every_documented_operation_answers_as_documented() {
         )
         .await;
     }
+    // Writes whose outcome is unknown: a server whose store takes longer to
+    // answer a PUT than its append deadline.
+    let dir_c = tempfile::tempdir().unwrap();
+    let server_c = Server::start(
+        dir_c.path().to_str().unwrap(),
+        free_port(),
+        &[
+            "--project-token",
+            &format!("alpha:{TOKEN}"),
+            "--emulate-put-latency-ms",
+            "400",
+            "--append-timeout-ms",
+            "50",
+        ],
+    )
+    .await;
+    c.base = server_c.base.clone();
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "slow").body(JSON_DOC),
+        503,
+        "outcome_unknown",
+    )
+    .await;
+    // The create completes after its answer.
+    let api_c = Api::new(&server_c, Some(TOKEN), DEV_KEY);
+    let started = std::time::Instant::now();
+    while api_c.metadata("slow").await.status != 200 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the create that timed out never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for (template, body) in [(RECORDS, "1"), (BATCH, "[1]"), (SEAL, r#"{"final":1}"#)] {
+        c.expect(
+            template,
+            c.req(Method::POST, template, "slow").body(body),
+            503,
+            "outcome_unknown",
+        )
+        .await;
+    }
+    c.expect(
+        COLLECTION,
+        c.bare(Method::DELETE, COLLECTION, "slow"),
+        503,
+        "outcome_unknown",
+    )
+    .await;
     c.base = base_a;
 
     // Every documented status and code was produced by its operation.

@@ -9,12 +9,13 @@
 //!
 //! S3 settings come from [`S3Options`] (flags) first, then the standard `AWS_*`
 //! environment variables. [`StoreOptions::latency`] wraps the result in a fixed
-//! per-call [`Latency`].
+//! per-call [`Latency`]. [`Stall`] freezes a store on demand (tests).
 
 mod counting;
 mod latency;
 mod layer;
 mod local;
+mod stall;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub use counting::{RequestCounts, RequestTotals};
 pub use latency::Latency;
 pub use layer::{Layered, StoreLayer, StoreOp};
 pub use local::{local_store, LocalCas};
+pub use stall::Stall;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -11,6 +11,7 @@ pub mod sse;
 pub mod subscriptions;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,11 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
 use strata_segments::StreamKey;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 use crate::streams::{ServiceError, Streams};
+use crate::subscriptions::Subscriptions;
 use crate::tenancy::Tenancy;
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -46,14 +50,26 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Open long-poll and SSE requests allowed at once.
     pub max_live_connections: usize,
+    /// Longest a request waits for the store (`--append-timeout-ms`): a
+    /// write unanswered by then answers 503 `outcome_unknown`, a read 503
+    /// `unavailable`. Live waits for new records have their own timeouts.
+    pub append_timeout: Duration,
 }
+
+/// Writes that may run at once. A write runs to its end in its own task even
+/// when its request was answered at the deadline, so that no write stops
+/// half-done; these slots bound how many can outlive their requests while
+/// the store stalls (a write that gets none by its deadline is not applied
+/// and answers 503 `unavailable`).
+pub const WRITES_IN_FLIGHT_MAX: usize = 8192;
 
 /// Everything a request handler can reach.
 pub struct AppState {
     pub streams: Arc<Streams>,
-    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
+    pub subscriptions: Arc<Subscriptions>,
     pub config: HttpConfig,
     pub live_connections: AtomicUsize,
+    write_slots: Arc<Semaphore>,
 }
 
 /// A held slot of the live-connection budget.
@@ -66,6 +82,74 @@ impl Drop for LiveSlot {
 }
 
 impl AppState {
+    pub fn new(
+        streams: Arc<Streams>,
+        subscriptions: Arc<Subscriptions>,
+        config: HttpConfig,
+    ) -> Self {
+        AppState {
+            streams,
+            subscriptions,
+            config,
+            live_connections: AtomicUsize::new(0),
+            write_slots: Arc::new(Semaphore::new(WRITES_IN_FLIGHT_MAX)),
+        }
+    }
+
+    /// When store work started now must have been answered.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.config.append_timeout
+    }
+
+    /// Runs a write of the service to its end in a task of its own, and
+    /// waits for it until `deadline`: past it, the answer is
+    /// [`ServiceError::OutcomeUnknown`] while the write may still complete.
+    pub async fn write<T, F>(&self, deadline: Instant, write: F) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, ServiceError>> + Send + 'static,
+    {
+        let Ok(Ok(slot)) =
+            tokio::time::timeout_at(deadline, self.write_slots.clone().acquire_owned()).await
+        else {
+            return Err(ServiceError::Unavailable(
+                "too many writes are waiting for the store; the request was not applied".into(),
+            ));
+        };
+        let task = tokio::spawn(async move {
+            let _slot = slot;
+            write.await
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => Err(ServiceError::Internal(format!("a write task failed: {e}"))),
+            Err(_) => Err(ServiceError::OutcomeUnknown(format!(
+                "the store did not answer within {} ms; the write may still complete",
+                self.config.append_timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Waits for a read (or a lookup, or a live wait) of the service until
+    /// `deadline`, then answers [`ServiceError::Unavailable`]. The read is
+    /// dropped there, as when its client hangs up: reads write nothing but
+    /// the in-memory access time, except the expiry of a stream whose time
+    /// is up, which a drop can cut short as a client hanging up could.
+    pub async fn bounded<T>(
+        &self,
+        deadline: Instant,
+        read: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServiceError> {
+        tokio::time::timeout_at(deadline, read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ServiceError::Unavailable(format!(
+                    "the store did not answer within {} ms",
+                    self.config.append_timeout.as_millis()
+                )))
+            })
+    }
+
     /// A slot of the live-connection budget, or 503 `code` with
     /// `Retry-After` when the budget is spent (each surface names it).
     pub fn live_slot(self: &Arc<Self>, code: &'static str) -> Result<LiveSlot, ApiError> {
@@ -174,7 +258,9 @@ impl ApiError {
             ServiceError::ProducerEpochSeq | ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServiceError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ServiceError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
-            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ServiceError::Unavailable(_) | ServiceError::OutcomeUnknown(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let message = match e {
@@ -212,6 +298,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::TooLarge { .. } => "record_too_large",
             ServiceError::Overloaded => "overloaded",
             ServiceError::Unavailable(_) => "unavailable",
+            ServiceError::OutcomeUnknown(_) => "outcome_unknown",
             ServiceError::Internal(_) => "internal",
         };
         let error = ApiError::from_service(&e, code);

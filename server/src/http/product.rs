@@ -459,6 +459,7 @@ fn service_error(e: ServiceError) -> ApiError {
         ServiceError::TooLarge { .. } => "body_too_large",
         ServiceError::Overloaded => "rate_limited",
         ServiceError::Unavailable(_) => "unavailable",
+        ServiceError::OutcomeUnknown(_) => "outcome_unknown",
         ServiceError::Internal(_) => "internal",
     };
     let mut error = ApiError::from_service(&e, code);
@@ -537,16 +538,18 @@ pub async fn handle(
                 CollectionOp::Create { key } => create(&state, &project, &name, key, body).await,
                 CollectionOp::Metadata => {
                     let meta = state
-                        .streams
-                        .head(&project, &name)
+                        .bounded(state.deadline(), state.streams.head(&project, &name))
                         .await
                         .map_err(service_error)?;
                     Ok(json_response(StatusCode::OK, metadata_json(&meta)))
                 }
                 CollectionOp::Delete => {
+                    let (streams, project, name) =
+                        (state.streams.clone(), project.clone(), name.clone());
                     state
-                        .streams
-                        .delete(&project, &name)
+                        .write(state.deadline(), async move {
+                            streams.delete(&project, &name).await
+                        })
                         .await
                         .map_err(service_error)?;
                     let mut response = Response::new(super::empty());
@@ -588,9 +591,14 @@ async fn catalog(
     cursor: Option<CatalogCursor>,
     limit: usize,
 ) -> ApiResult {
+    // The wait for the start-up scan has its own bound; the listing, the
+    // store's.
+    state.streams.startup_scanned().await;
     let page = state
-        .streams
-        .catalog_page(project, cursor.as_ref(), limit)
+        .bounded(
+            state.deadline(),
+            state.streams.catalog_page(project, cursor.as_ref(), limit),
+        )
         .await
         .map_err(service_error)?;
     let streams: Vec<Value> = page
@@ -637,14 +645,12 @@ async fn create(
         body: Bytes::new(),
         fork: None,
     };
-    let outcome = state
-        .streams
-        .create(project, name, spec, &key)
-        .await
-        .map_err(service_error)?;
-    let meta = state
-        .streams
-        .head(project, name)
+    let (streams, project, name) = (state.streams.clone(), project.to_string(), name.to_string());
+    let (outcome, meta) = state
+        .write(state.deadline(), async move {
+            let outcome = streams.create(&project, &name, spec, &key).await?;
+            Ok((outcome, streams.head(&project, &name).await?))
+        })
         .await
         .map_err(service_error)?;
     let status = if outcome.created {
@@ -711,8 +717,11 @@ async fn append(
 ) -> ApiResult {
     let streams = &state.streams;
     // Exists, the key is the collection's, not sealed.
-    let (meta, epoch) = streams
-        .keyed_meta(project, name, &call.key)
+    let (meta, epoch) = state
+        .bounded(
+            state.deadline(),
+            streams.keyed_meta(project, name, &call.key),
+        )
         .await
         .map_err(write_error)?;
     if meta.closed {
@@ -790,10 +799,16 @@ async fn append(
         stream_seq: None,
         close: false,
     };
-    let outcome = streams
-        .append(project, name, spec, &call.key)
-        .await
-        .map_err(write_error)?;
+    let outcome = {
+        let (streams, project, name) = (streams.clone(), project.to_string(), name.to_string());
+        let key = call.key.clone();
+        state
+            .write(state.deadline(), async move {
+                streams.append(&project, &name, spec, &key).await
+            })
+            .await
+            .map_err(write_error)?
+    };
     let scope = CursorScope {
         project,
         epoch,
@@ -862,7 +877,10 @@ async fn seal(
     body: Incoming,
 ) -> ApiResult {
     let streams = &state.streams;
-    let meta = streams.head(project, name).await.map_err(service_error)?;
+    let meta = state
+        .bounded(state.deadline(), streams.head(project, name))
+        .await
+        .map_err(service_error)?;
     let key = key?;
     let producer = producer?;
     let body = read_body(body, state.config.max_body_bytes).await?;
@@ -875,13 +893,20 @@ async fn seal(
                 "Producer-* headers go with a final record",
             ));
         }
-        streams.seal(project, name).await.map_err(service_error)?;
+        let (streams, project, name) = (streams.clone(), project.to_string(), name.to_string());
+        state
+            .write(state.deadline(), async move {
+                streams.seal(&project, &name).await
+            })
+            .await
+            .map_err(service_error)?;
         return Ok(json_response(StatusCode::OK, json!({ "sealed": true })));
     };
     let key =
         key.ok_or_else(|| bad("missing_key", "a final record needs Prisma-Encryption-Key"))?;
-    let (_, epoch) = streams
-        .keyed_meta(project, name, &key)
+    let deadline = state.deadline();
+    let (_, epoch) = state
+        .bounded(deadline, streams.keyed_meta(project, name, &key))
         .await
         .map_err(write_error)?;
     if meta.closed && producer.is_none() {
@@ -914,10 +939,16 @@ async fn seal(
         stream_seq: None,
         close: true,
     };
-    let outcome = streams
-        .append(project, name, spec, &key)
-        .await
-        .map_err(write_error)?;
+    let outcome = {
+        let (streams, project, name) = (streams.clone(), project.to_string(), name.to_string());
+        let key = key.clone();
+        state
+            .write(deadline, async move {
+                streams.append(&project, &name, spec, &key).await
+            })
+            .await
+            .map_err(write_error)?
+    };
     let scope = CursorScope {
         project,
         epoch,
@@ -959,9 +990,11 @@ impl ReadCall {
             max_bytes: self.max_bytes,
             max_records: self.max_records,
         };
-        state
+        let read = state
             .streams
-            .read_key(&self.project, &self.name, from, &self.key, view)
+            .read_key(&self.project, &self.name, from, &self.key, view);
+        state
+            .bounded(state.deadline(), read)
             .await
             .map_err(service_error)
     }
@@ -993,9 +1026,11 @@ async fn read(
 ) -> ApiResult {
     // Exists (404/410) and the key is the collection's (403) before the
     // cursor is judged.
-    let (meta, epoch) = state
+    let lookup = state
         .streams
-        .keyed_meta(&call.project, &call.name, &call.key)
+        .keyed_meta(&call.project, &call.name, &call.key);
+    let (meta, epoch) = state
+        .bounded(state.deadline(), lookup)
         .await
         .map_err(service_error)?;
     if !is_json(&meta.content_type) {
@@ -1045,9 +1080,12 @@ async fn next_records(
             break;
         }
         if outcome.up_to_date() {
-            let waited = state
+            let wait = state
                 .streams
-                .wait(&call.project, &call.name, outcome.next, deadline - now)
+                .wait(&call.project, &call.name, outcome.next, deadline - now);
+            // The wait's own bound, and the store's should its lookup need it.
+            let waited = state
+                .bounded(state.deadline() + (deadline - now), wait)
                 .await
                 .map_err(service_error)?;
             if let WaitOutcome::TimedOut { .. } = waited {

@@ -223,7 +223,13 @@ pub async fn handle(
         StreamOp::Read(read_request) => read(state, request, project, name, read_request).await,
         StreamOp::Head => head(state, project, name).await,
         StreamOp::Delete => {
-            state.streams.delete(project, &name).await?;
+            let streams = state.streams.clone();
+            let project = project.to_string();
+            state
+                .write(state.deadline(), async move {
+                    streams.delete(&project, &name).await
+                })
+                .await?;
             Ok(with_status(StatusCode::NO_CONTENT, empty()))
         }
     }
@@ -339,7 +345,14 @@ async fn create(
         body,
         fork,
     };
-    let outcome = state.streams.create(project, &name, spec, &key).await?;
+    let outcome = {
+        let (streams, project, name) = (state.streams.clone(), project.to_string(), name.clone());
+        state
+            .write(state.deadline(), async move {
+                streams.create(&project, &name, spec, &key).await
+            })
+            .await?
+    };
     let status = if outcome.created {
         StatusCode::CREATED
     } else {
@@ -491,10 +504,14 @@ async fn append(
     let spec = request.spec(body)?;
     let producer = spec.producer.clone();
     let has_body = !spec.body.is_empty();
-    let outcome = state
-        .streams
-        .append(project, &name, spec, &request.key)
-        .await?;
+    let outcome = {
+        let (streams, project, key) = (state.streams.clone(), project.to_string(), request.key);
+        state
+            .write(state.deadline(), async move {
+                streams.append(&project, &name, spec, &key).await
+            })
+            .await?
+    };
     let status = match (&outcome.result, &producer) {
         (AppendResult::Appended, Some(_)) if has_body => StatusCode::OK,
         _ => StatusCode::NO_CONTENT,
@@ -523,7 +540,9 @@ async fn append(
 }
 
 async fn head(state: Arc<AppState>, project: &str, name: String) -> ApiResult {
-    let meta = state.streams.head(project, &name).await?;
+    let meta = state
+        .bounded(state.deadline(), state.streams.head(project, &name))
+        .await?;
     let mut response = with_status(StatusCode::OK, empty());
     set(&mut response, "content-type", &meta.content_type);
     set(
@@ -681,7 +700,10 @@ async fn read(
     read_request: ReadRequest,
 ) -> ApiResult {
     // A missing or deleted stream answers as such before the query is judged.
-    let meta = state.streams.head(project, &name).await?;
+    let deadline = state.deadline();
+    let meta = state
+        .bounded(deadline, state.streams.head(project, &name))
+        .await?;
     let query = read_request.query?;
     let key = read_request.key?;
     match query.live {
@@ -702,7 +724,9 @@ async fn read(
         }
         None => {
             let from = read_from(query.offset);
-            let outcome = state.streams.read(project, &name, from, &key).await?;
+            let outcome = state
+                .bounded(deadline, state.streams.read(project, &name, from, &key))
+                .await?;
             if from == ReadFrom::Tail {
                 return Ok(read_response(&outcome, true));
             }
@@ -734,14 +758,20 @@ async fn long_poll(
 ) -> ApiResult {
     let _slot = state.live_slot("live_capacity")?;
     let streams = &state.streams;
-    let mut outcome = streams.read(project, &name, from, &key).await?;
+    // The reads are bounded by the store deadline; the wait for new records
+    // in between (in memory) by the long-poll timeout (and, should its
+    // lookup need the store, by both).
+    let mut outcome = state
+        .bounded(state.deadline(), streams.read(project, &name, from, &key))
+        .await?;
     if outcome.records.is_empty() && !outcome.closed {
-        let waited = streams
-            .wait(project, &name, outcome.next, state.config.long_poll_timeout)
-            .await?;
+        let timeout = state.config.long_poll_timeout;
+        let wait = streams.wait(project, &name, outcome.next, timeout);
+        let waited = state.bounded(state.deadline() + timeout, wait).await?;
         if let WaitOutcome::Ready { .. } = waited {
-            outcome = streams
-                .read(project, &name, ReadFrom::Position(outcome.next), &key)
+            let from = ReadFrom::Position(outcome.next);
+            outcome = state
+                .bounded(state.deadline(), streams.read(project, &name, from, &key))
                 .await?;
         }
     }

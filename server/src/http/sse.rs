@@ -91,7 +91,12 @@ pub async fn serve(
         OffsetParam::At(o) => ReadFrom::Position(o.0),
     };
     // Validate the start (offset beyond the tail, wrong key) before streaming.
-    let first = state.streams.read(project, &name, from, &key).await?;
+    let first = state
+        .bounded(
+            state.deadline(),
+            state.streams.read(project, &name, from, &key),
+        )
+        .await?;
     let binary = is_binary(&meta.content_type);
     let (tx, rx) = mpsc::channel::<Bytes>(FRAMES_BUFFERED_MAX);
     let project = project.to_string();
@@ -176,8 +181,10 @@ async fn run(
         }
         let position = outcome.next;
         if outcome.up_to_date() {
+            let timeout = state.config.long_poll_timeout;
+            let wait = streams.wait(&project, &name, position, timeout);
             let waited = tokio::select! {
-                waited = streams.wait(&project, &name, position, state.config.long_poll_timeout) => waited,
+                waited = state.bounded(state.deadline() + timeout, wait) => waited,
                 _ = tx.closed() => return,
             };
             match waited {
@@ -204,10 +211,10 @@ async fn run(
                 Err(_) => return,
             }
         }
-        outcome = match streams
-            .read(&project, &name, ReadFrom::Position(position), &key)
-            .await
-        {
+        // A read the store does not answer in time ends the stream (the
+        // client reconnects from its last offset).
+        let read = streams.read(&project, &name, ReadFrom::Position(position), &key);
+        outcome = match state.bounded(state.deadline(), read).await {
             Ok(o) => o,
             Err(_) => return,
         };

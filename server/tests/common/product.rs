@@ -90,6 +90,28 @@ impl Api {
         }
     }
 
+    /// A client of a server at `base` (`http://host:port`).
+    pub fn at(base: &str, token: Option<&str>, key: &str) -> Api {
+        Api {
+            base: base.to_string(),
+            token: token.map(str::to_string),
+            key: key.to_string(),
+            http: client(),
+        }
+    }
+
+    /// The same client with a timeout on every request (a request the
+    /// server never answers fails instead of hanging the test).
+    pub fn with_timeout(&self, timeout: std::time::Duration) -> Api {
+        Api {
+            http: reqwest::Client::builder()
+                .timeout(timeout)
+                .build()
+                .expect("client"),
+            ..self.clone()
+        }
+    }
+
     /// The same client without connection reuse: a request fails only when
     /// the server is down, never on a connection left from a killed server.
     pub fn fresh_connections(&self) -> Api {
