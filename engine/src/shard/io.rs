@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use strata_manifest::cas::is_transient;
+use strata_manifest::cas::{is_durability_unknown, is_transient};
 use strata_manifest::RetryPolicy;
 use strata_wal::WriterId;
 
@@ -70,7 +70,8 @@ pub(crate) async fn get_object(
 }
 
 /// Writes a WAL object create-only. An existing object at the slot is read
-/// back: our write id means an earlier attempt landed.
+/// back: our write id means an earlier attempt landed. A write the store
+/// reports as of unknown durability fails at once.
 pub(crate) async fn put_wal_object(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
@@ -88,6 +89,11 @@ pub(crate) async fn put_wal_object(
             Ok(_) => return WalPutOutcome::Written,
             Err(e) => e,
         };
+        // Published, but maybe not durable: never retried, never read back
+        // as written (the owner fails the batch as outcome-unknown).
+        if is_durability_unknown(&error) {
+            return WalPutOutcome::Failed(error);
+        }
         if matches!(error, object_store::Error::AlreadyExists { .. }) {
             match get_object(store, path, retry).await {
                 Ok(Some(bytes)) => match strata_wal::decode_header(&bytes) {

@@ -142,7 +142,9 @@ pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
 /// manifest in the store is still one this owner wrote (its last write may
 /// have landed even if its answer was lost, so the manifest is read rather
 /// than remembered). A manifest of ours at a later epoch is an earlier attempt
-/// of this re-claim that landed: it is adopted. Anyone else's means fenced.
+/// of this re-claim that landed, but whose durability may be unknown: it is
+/// claimed again (one more epoch, a fresh durable write), never adopted as
+/// read. Anyone else's manifest means fenced.
 pub(crate) async fn reclaim(
     ctx: &ShardCtx,
     epoch: u64,
@@ -158,9 +160,6 @@ pub(crate) async fn reclaim(
     let writer = current.value.writer;
     if writer.instance != ctx.instance.0 || writer.epoch < epoch {
         return Err(EngineError::Fenced);
-    }
-    if writer.epoch > epoch {
-        return Ok(current);
     }
     let claimed = claim(ctx, Some(&current)).await?;
     super::history::record(ctx, &claimed).await;

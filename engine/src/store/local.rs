@@ -3,7 +3,12 @@
 //!
 //! Durability: every put writes a staged file, `fsync`s it, publishes it by
 //! hard link (create-only) or rename (overwrite) and `fsync`s the directory
-//! before returning, so an acknowledged write is on disk.
+//! before returning, so an acknowledged write is on disk. A failed fsync
+//! before publishing is an ordinary error (nothing was published); after
+//! publishing, the file and directory are synced again, and if that fails the
+//! answer is `DurabilityUnknown` (readable now, maybe gone after a power
+//! loss), which writers neither retry nor settle by reading back. Tests
+//! inject fsync failures through the `fault-hooks` feature.
 //!
 //! Create-only puts (every WAL object) use Linux's `O_TMPFILE`: an unnamed file
 //! in the target directory is written and `fdatasync`ed, then linked under its
@@ -35,12 +40,58 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, PutResult, Result};
 
+use strata_manifest::cas::DurabilityUnknown;
+
 use super::layer::{Layered, StoreLayer};
 
 /// The compare-and-swap layer over a `LocalFileSystem`.
 #[derive(Debug)]
 pub struct LocalCas {
     fs: Arc<LocalFileSystem>,
+    hooks: Hooks,
+}
+
+/// Which kind of write an `fsync` belongs to (for the test fault hooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncWrite {
+    /// A create-only put (`If-None-Match: *`).
+    Create,
+    /// A compare-and-swap replace (`If-Match`).
+    Replace,
+}
+
+/// Which `fsync` of a write (for the test fault hooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncPoint {
+    /// The new file's data, before it is published under the object's name.
+    File,
+    /// The directory, after the file was published.
+    Dir,
+}
+
+/// Fault hooks compiled into test builds only (feature `fault-hooks`).
+#[derive(Debug, Clone, Default)]
+struct Hooks {
+    #[cfg(feature = "fault-hooks")]
+    faults: Arc<super::fsync_faults::FsyncFaults>,
+}
+
+impl Hooks {
+    /// Runs before each fsync a write depends on: a test may fail it.
+    fn before_sync(&self, write: SyncWrite, point: SyncPoint) -> std::io::Result<()> {
+        #[cfg(feature = "fault-hooks")]
+        self.faults.check(write, point)?;
+        let _ = (write, point);
+        Ok(())
+    }
+}
+
+#[cfg(feature = "fault-hooks")]
+impl LocalCas {
+    /// The store's fsync fault hooks (test builds only).
+    pub fn fsync_faults(&self) -> &Arc<super::fsync_faults::FsyncFaults> {
+        &self.hooks.faults
+    }
 }
 
 /// Opens (creating if needed) a local-directory store rooted at `dir`.
@@ -50,7 +101,13 @@ pub fn local_store(dir: &std::path::Path) -> std::io::Result<Layered<LocalCas>> 
         .map_err(std::io::Error::other)?
         .with_fsync(true);
     let fs = Arc::new(fs);
-    Ok(Layered::new(fs.clone(), LocalCas { fs }))
+    Ok(Layered::new(
+        fs.clone(),
+        LocalCas {
+            fs,
+            hooks: Hooks::default(),
+        },
+    ))
 }
 
 fn generic(source: impl std::error::Error + Send + Sync + 'static) -> object_store::Error {
@@ -75,14 +132,15 @@ impl StoreLayer for LocalCas {
                 let object_path = self.fs.path_to_filesystem(location)?;
                 let location_text = location.to_string();
                 let staged = payload.clone();
+                let hooks = self.hooks.clone();
                 let created = tokio::task::spawn_blocking(move || {
-                    create_with_tmpfile(&object_path, &staged, &location_text)
+                    create_with_tmpfile(&object_path, &staged, &location_text, &hooks)
                 })
                 .await
                 .map_err(generic)?;
                 return match created {
                     Some(result) => result,
-                    None => inner.put_opts(location, payload, opts).await,
+                    None => self.create_by_staging(inner, location, payload, opts).await,
                 };
             }
             _ => return inner.put_opts(location, payload, opts).await,
@@ -94,11 +152,81 @@ impl StoreLayer for LocalCas {
         };
         let object_path = self.fs.path_to_filesystem(location)?;
         let location_text = location.to_string();
+        let hooks = self.hooks.clone();
         tokio::task::spawn_blocking(move || {
-            replace_if_match(&object_path, &expected_tag, &payload, &location_text)
+            replace_if_match(
+                &object_path,
+                &expected_tag,
+                &payload,
+                &location_text,
+                &hooks,
+            )
         })
         .await
         .map_err(generic)?
+    }
+}
+
+impl LocalCas {
+    /// `LocalFileSystem`'s create-only path (staging file, hard link, fsync).
+    /// It cannot say whether an error came before or after the object was
+    /// published: an error with the object present is reported as of unknown
+    /// durability (it may be ours, published, with a failed fsync), never as
+    /// a retryable error whose retry would read the object back as written.
+    async fn create_by_staging(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let error = match inner.put_opts(location, payload, opts).await {
+            Err(e @ object_store::Error::Generic { .. }) => e,
+            other => return other,
+        };
+        match self.fs.path_to_filesystem(location).map(|p| p.exists()) {
+            Ok(true) => Err(DurabilityUnknown {
+                path: location.to_string(),
+                reason: format!("the create failed after the object appeared: {error}"),
+            }
+            .into_store_error("LocalCas")),
+            _ => Err(error),
+        }
+    }
+}
+
+/// After a new file was published under the object's name: `fsync` the
+/// directory. If that fails the object's durability is unknown (it is
+/// readable now and may be gone after a power loss), so the file and the
+/// directory are synced again; if that fails too, the answer is
+/// [`DurabilityUnknown`], which no writer retries or settles by reading back.
+fn sync_published(
+    hooks: &Hooks,
+    write: SyncWrite,
+    file: &std::fs::File,
+    dir: &std::path::Path,
+    location: &str,
+) -> Result<()> {
+    let sync_dir = || -> std::io::Result<()> {
+        hooks.before_sync(write, SyncPoint::Dir)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    let Err(first) = sync_dir() else {
+        return Ok(());
+    };
+    tracing::warn!(%location, error = %first, "directory fsync after publishing failed; syncing again");
+    let again = (|| {
+        hooks.before_sync(write, SyncPoint::File)?;
+        file.sync_all()?;
+        sync_dir()
+    })();
+    match again {
+        Ok(()) => Ok(()),
+        Err(second) => Err(DurabilityUnknown {
+            path: location.to_string(),
+            reason: format!("directory fsync failed ({first}), and again ({second})"),
+        }
+        .into_store_error("LocalCas")),
     }
 }
 
@@ -127,6 +255,7 @@ fn create_with_tmpfile(
     object_path: &std::path::Path,
     payload: &PutPayload,
     location: &str,
+    hooks: &Hooks,
 ) -> Option<Result<PutResult>> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -158,6 +287,7 @@ fn create_with_tmpfile(
         for chunk in payload.iter() {
             file.write_all(chunk)?;
         }
+        hooks.before_sync(SyncWrite::Create, SyncPoint::File)?;
         file.sync_data()
     })();
     if let Err(e) = written {
@@ -185,11 +315,12 @@ fn create_with_tmpfile(
             _ => generic(e),
         }));
     }
-    let published = (|| {
-        std::fs::File::open(dir)?.sync_all()?;
-        std::fs::metadata(object_path)
-    })();
-    Some(match published {
+    if let Err(e) = sync_published(hooks, SyncWrite::Create, &file, dir, location) {
+        return Some(Err(e));
+    }
+    // The linked file's own metadata: the object's (nothing can replace a
+    // create-only object but an unconditional overwrite).
+    Some(match file.metadata() {
         Ok(metadata) => Ok(PutResult {
             e_tag: Some(local_etag(&metadata)),
             version: None,
@@ -219,12 +350,18 @@ fn create_dirs_durably(dir: &std::path::Path) -> std::io::Result<()> {
         at = d.parent();
     }
     std::fs::create_dir_all(dir)?;
-    for d in missing.iter().rev() {
-        if let Some(parent) = d.parent() {
-            std::fs::File::open(parent)?.sync_all()?;
+    let synced = missing.iter().rev().try_for_each(|d| match d.parent() {
+        Some(parent) => std::fs::File::open(parent)?.sync_all(),
+        None => Ok(()),
+    });
+    if synced.is_err() {
+        // Undo what can be undone (empty directories), so that a retry
+        // creates and syncs them again instead of finding them present.
+        for d in &missing {
+            let _ = std::fs::remove_dir(d);
         }
     }
-    Ok(())
+    synced
 }
 
 /// Compare-and-swap of one file under its lock (blocking).
@@ -233,6 +370,7 @@ fn replace_if_match(
     expected_tag: &str,
     payload: &PutPayload,
     location: &str,
+    hooks: &Hooks,
 ) -> Result<PutResult> {
     let mut lock_path = object_path.as_os_str().to_owned();
     lock_path.push("#0");
@@ -268,7 +406,7 @@ fn replace_if_match(
     let mut staging = object_path.as_os_str().to_owned();
     staging.push(format!("#9{}", std::process::id()));
     let staging = std::path::PathBuf::from(staging);
-    let result = (|| {
+    let staged = (|| -> std::io::Result<std::fs::File> {
         let mut file = std::fs::File::create(&staging)?;
         for chunk in payload.iter() {
             file.write_all(chunk)?;
@@ -277,24 +415,32 @@ fn replace_if_match(
         let mtime =
             std::time::SystemTime::now().max(previous + std::time::Duration::from_micros(1));
         file.set_modified(mtime)?;
+        hooks.before_sync(SyncWrite::Replace, SyncPoint::File)?;
         file.sync_all()?;
-        std::fs::rename(&staging, object_path)?;
-        if let Some(dir) = object_path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        std::fs::metadata(object_path)
+        Ok(file)
     })();
-    match result {
-        Ok(metadata) => Ok(PutResult {
-            e_tag: Some(local_etag(&metadata)),
-            version: None,
-            extensions: Default::default(),
-        }),
+    let file = match staged {
+        Ok(file) => file,
         Err(e) => {
+            // Nothing was published: the object is as it was.
             let _ = std::fs::remove_file(&staging);
-            Err(generic(e))
+            return Err(generic(e));
         }
+    };
+    if let Err(e) = std::fs::rename(&staging, object_path) {
+        let _ = std::fs::remove_file(&staging);
+        return Err(generic(e));
     }
+    let dir = object_path.parent().unwrap_or(std::path::Path::new("/"));
+    sync_published(hooks, SyncWrite::Replace, &file, dir, location)?;
+    // The published file's own metadata: the lock keeps every other
+    // conditional replace out, so it is the object's current version.
+    let metadata = file.metadata().map_err(generic)?;
+    Ok(PutResult {
+        e_tag: Some(local_etag(&metadata)),
+        version: None,
+        extensions: Default::default(),
+    })
 }
 
 #[cfg(test)]
@@ -395,5 +541,202 @@ mod tests {
             missing,
             Err(object_store::Error::Precondition { .. })
         ));
+    }
+
+    fn update_on(tag: Option<String>) -> PutOptions {
+        PutOptions {
+            mode: PutMode::Update(UpdateVersion {
+                e_tag: tag,
+                version: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn create_only() -> PutOptions {
+        PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        }
+    }
+
+    /// A staging file left by a crash (`<name>#9<pid>`), a partial file of
+    /// the fallback path (`<name>#1`) and an old lock file are never listed,
+    /// and neither a compare-and-swap nor a create-only put trips over them.
+    #[tokio::test]
+    async fn torn_staging_files_are_invisible_and_harmless() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let manifest = Path::from("shards/a/manifest");
+        let first = store
+            .put_opts(&manifest, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        let folder = dir.path().join("shards/a");
+        std::fs::create_dir_all(folder.join("wal")).unwrap();
+        std::fs::write(
+            folder.join(format!("manifest#9{}", std::process::id())),
+            b"torn",
+        )
+        .unwrap();
+        std::fs::write(folder.join("manifest#94242424"), b"torn by another process").unwrap();
+        std::fs::write(folder.join("wal/00000000000000000003#1"), b"partial").unwrap();
+        let listed: Vec<_> = futures::StreamExt::collect::<Vec<_>>(store.list(None)).await;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        let second = store
+            .put_opts(
+                &manifest,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+        store
+            .put_opts(
+                &manifest,
+                PutPayload::from_static(b"three"),
+                update_on(second.e_tag),
+            )
+            .await
+            .unwrap();
+        let wal = Path::from("shards/a/wal/00000000000000000003");
+        store
+            .put_opts(&wal, PutPayload::from_static(b"whole"), create_only())
+            .await
+            .unwrap();
+        assert_eq!(
+            &store.get(&wal).await.unwrap().bytes().await.unwrap()[..],
+            b"whole"
+        );
+        assert_eq!(
+            &store.get(&manifest).await.unwrap().bytes().await.unwrap()[..],
+            b"three"
+        );
+        let listed: Vec<_> = futures::StreamExt::collect::<Vec<_>>(store.list(None)).await;
+        assert_eq!(listed.len(), 2, "{listed:?}");
+    }
+
+    fn files_in(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A file fsync that fails before the new version is published leaves
+    /// the object as it was (no staging file left behind), and the write can
+    /// be tried again.
+    #[tokio::test]
+    async fn a_failed_fsync_before_publishing_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let faults = store.layer().fsync_faults().clone();
+        let path = Path::from("shards/a/manifest");
+        let first = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        faults.fail(SyncWrite::Replace, SyncPoint::File, 1, 1);
+        let failed = store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag.clone()),
+            )
+            .await;
+        assert!(failed.is_err());
+        assert!(!manifest_cas_is_durability_unknown(&failed));
+        assert_eq!(
+            &store.get(&path).await.unwrap().bytes().await.unwrap()[..],
+            b"one"
+        );
+        assert_eq!(
+            files_in(&dir.path().join("shards/a")),
+            ["manifest", "manifest#0"]
+        );
+        store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+
+        let wal = Path::from("shards/a/wal/00000000000000000000");
+        faults.fail(SyncWrite::Create, SyncPoint::File, 1, 1);
+        assert!(store
+            .put_opts(&wal, PutPayload::from_static(b"w"), create_only())
+            .await
+            .is_err());
+        assert!(matches!(
+            store.head(&wal).await,
+            Err(object_store::Error::NotFound { .. })
+        ));
+        store
+            .put_opts(&wal, PutPayload::from_static(b"w"), create_only())
+            .await
+            .unwrap();
+        assert_eq!(faults.injected(), 2);
+    }
+
+    fn manifest_cas_is_durability_unknown<T>(result: &Result<T>) -> bool {
+        result
+            .as_ref()
+            .err()
+            .is_some_and(strata_manifest::cas::is_durability_unknown)
+    }
+
+    /// After a published file's directory fsync fails, the store syncs the
+    /// file and the directory again: success answers Ok; a second failure
+    /// answers `DurabilityUnknown` (never a plain, retryable error, whose
+    /// retry would read the object back and call it written).
+    #[tokio::test]
+    async fn a_failed_directory_fsync_is_synced_again_or_durability_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let faults = store.layer().fsync_faults().clone();
+        let wal = |slot: u64| Path::from(format!("shards/a/wal/{slot:020}"));
+
+        faults.fail(SyncWrite::Create, SyncPoint::Dir, 1, 1);
+        let once = store
+            .put_opts(&wal(0), PutPayload::from_static(b"a"), create_only())
+            .await;
+        assert!(once.is_ok(), "synced on the second try: {once:?}");
+
+        faults.fail(SyncWrite::Create, SyncPoint::Dir, 1, 2);
+        let twice = store
+            .put_opts(&wal(1), PutPayload::from_static(b"b"), create_only())
+            .await;
+        assert!(manifest_cas_is_durability_unknown(&twice), "{twice:?}");
+        assert!(faults.spent());
+
+        let path = Path::from("shards/a/manifest");
+        let first = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        faults.fail(SyncWrite::Replace, SyncPoint::Dir, 1, 1);
+        let second = store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+        assert_eq!(second.e_tag, store.head(&path).await.unwrap().e_tag);
+        faults.fail(SyncWrite::Replace, SyncPoint::Dir, 1, 2);
+        let unknown = store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"three"),
+                update_on(second.e_tag),
+            )
+            .await;
+        assert!(manifest_cas_is_durability_unknown(&unknown), "{unknown:?}");
+        assert!(faults.spent());
     }
 }
