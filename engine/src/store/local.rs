@@ -25,11 +25,14 @@
 //! staging file, fsynced, and published by rename, then the directory fsynced.
 //! A missing object answers `Precondition`, as on S3.
 //!
-//! E-tags are `LocalFileSystem`'s `"<inode>-<mtime µs>-<size>"`. Kernel mtimes
-//! are coarse (a clock tick), so a reused inode with the same size could repeat
-//! an old e-tag and let a stale compare-and-swap succeed. Replacements therefore
-//! set the new file's mtime strictly after the current version's, so the
-//! versions of one object never share an e-tag.
+//! E-tags are `LocalFileSystem`'s `"<inode>-<mtime µs>-<size>"` with the
+//! object's version appended: `"<inode>-<mtime µs>-<size>-<version>"`. Kernel
+//! mtimes are coarse (a clock tick, or a second on some file systems), and
+//! file systems reuse inodes, so the first three parts alone can repeat an
+//! old version's e-tag and let a stale compare-and-swap succeed. The version
+//! is kept in the lock file and bumped under its exclusive lock by every
+//! replace (and by a create or overwrite once a lock file exists); reads take
+//! the lock shared, so a file and its version are always read together.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -38,7 +41,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, PutResult, Result};
+use object_store::{
+    GetOptions, GetResult, ObjectStore, PutMode, PutOptions, PutPayload, PutResult, Result,
+};
 
 use strata_manifest::cas::DurabilityUnknown;
 
@@ -126,44 +131,194 @@ impl StoreLayer for LocalCas {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        let expected = match &opts.mode {
-            PutMode::Update(v) => v.clone(),
-            PutMode::Create if opts.attributes.is_empty() => {
-                let object_path = self.fs.path_to_filesystem(location)?;
-                let location_text = location.to_string();
-                let staged = payload.clone();
-                let hooks = self.hooks.clone();
-                let created = tokio::task::spawn_blocking(move || {
-                    create_with_tmpfile(&object_path, &staged, &location_text, &hooks)
-                })
-                .await
-                .map_err(generic)?;
-                return match created {
-                    Some(result) => result,
-                    None => self.create_by_staging(inner, location, payload, opts).await,
-                };
-            }
-            _ => return inner.put_opts(location, payload, opts).await,
-        };
-        let Some(expected_tag) = expected.e_tag else {
-            return Err(generic(std::io::Error::other(
-                "conditional update needs an e-tag",
-            )));
-        };
         let object_path = self.fs.path_to_filesystem(location)?;
         let location_text = location.to_string();
+        if let PutMode::Update(expected) = &opts.mode {
+            let Some(expected_tag) = expected.e_tag.clone() else {
+                return Err(generic(std::io::Error::other(
+                    "conditional update needs an e-tag",
+                )));
+            };
+            let hooks = self.hooks.clone();
+            return tokio::task::spawn_blocking(move || {
+                replace_if_match(
+                    &object_path,
+                    &expected_tag,
+                    &payload,
+                    &location_text,
+                    &hooks,
+                )
+            })
+            .await
+            .map_err(generic)?;
+        }
+        // A create or an overwrite of an object that has been replaced before
+        // (it has a lock file) takes its lock and bumps its version, so that a
+        // re-created or overwritten object never repeats an older e-tag.
+        let create = matches!(opts.mode, PutMode::Create);
+        let tmpfile = create && opts.attributes.is_empty();
+        let staged = payload.clone();
         let hooks = self.hooks.clone();
-        tokio::task::spawn_blocking(move || {
-            replace_if_match(
-                &object_path,
-                &expected_tag,
-                &payload,
-                &location_text,
-                &hooks,
-            )
+        let (lock, version, created) = tokio::task::spawn_blocking(move || {
+            let (lock, version) = bump_if_locked(&object_path, create, &location_text)?;
+            let created = tmpfile
+                .then(|| create_with_tmpfile(&object_path, &staged, &location_text, &hooks))
+                .flatten();
+            Ok::<_, object_store::Error>((lock, version, created))
         })
         .await
-        .map_err(generic)?
+        .map_err(generic)??;
+        let written = match created {
+            Some(result) => result,
+            None if create => self.create_by_staging(inner, location, payload, opts).await,
+            None => inner.put_opts(location, payload, opts).await,
+        };
+        drop(lock);
+        let mut result = written?;
+        result.e_tag = result.e_tag.map(|tag| versioned_etag(&tag, version));
+        Ok(result)
+    }
+
+    async fn get_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        options: GetOptions,
+    ) -> Result<GetResult> {
+        let object_path = self.fs.path_to_filesystem(location)?;
+        // `If-Match` / `If-None-Match` compare this layer's e-tags, not
+        // `LocalFileSystem`'s: they are checked here.
+        let mut plain = options;
+        let conditions = GetOptions {
+            if_match: plain.if_match.take(),
+            if_none_match: plain.if_none_match.take(),
+            ..GetOptions::default()
+        };
+        // The shared lock keeps every replace (exclusive, from before its
+        // version changes until after the new file is published) out while
+        // the file's metadata and its version are read.
+        let (lock, version) =
+            tokio::task::spawn_blocking(move || ObjectLock::shared_version(&object_path))
+                .await
+                .map_err(generic)?
+                .map_err(generic)?;
+        let got = inner.get_opts(location, plain).await;
+        drop(lock);
+        let mut got = got?;
+        got.meta.e_tag = got.meta.e_tag.map(|tag| versioned_etag(&tag, version));
+        conditions.check_preconditions(&got.meta)?;
+        Ok(got)
+    }
+}
+
+/// Takes an existing lock file of `object_path` exclusively and bumps the
+/// version before a create or an overwrite (a create of an object that
+/// exists is refused without a bump). `(None, 0)` when there is no lock file.
+fn bump_if_locked(
+    object_path: &std::path::Path,
+    create: bool,
+    location: &str,
+) -> Result<(Option<ObjectLock>, u64)> {
+    let Some(lock) = ObjectLock::open(object_path, false).map_err(generic)? else {
+        return Ok((None, 0));
+    };
+    lock.file.lock().map_err(generic)?;
+    if create && object_path.exists() {
+        return Err(object_store::Error::AlreadyExists {
+            path: location.to_string(),
+            source: "object exists".into(),
+        });
+    }
+    let version = lock.version().map_err(generic)? + 1;
+    lock.set_version(version).map_err(generic)?;
+    Ok((Some(lock), version))
+}
+
+/// An object's lock file, `<object>#0` (a name `LocalFileSystem` never
+/// lists): every compare-and-swap of the object holds it exclusively, and it
+/// holds the object's version, which every replace increments. It is created
+/// by the first replace and never removed.
+struct ObjectLock {
+    file: std::fs::File,
+}
+
+/// Bytes of a stored version: 20 decimal digits and a newline.
+const VERSION_BYTES: usize = 21;
+
+impl ObjectLock {
+    fn path(object_path: &std::path::Path) -> std::path::PathBuf {
+        let mut path = object_path.as_os_str().to_owned();
+        path.push("#0");
+        path.into()
+    }
+
+    /// Opens the lock file, creating it if `create`; `None` when it (or its
+    /// directory) does not exist and is not to be created.
+    fn open(object_path: &std::path::Path, create: bool) -> std::io::Result<Option<ObjectLock>> {
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(Self::path(object_path));
+        match opened {
+            Ok(file) => Ok(Some(ObjectLock { file })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The version under a shared lock (held while the lock is kept), or
+    /// `(None, 0)` for an object that was never replaced.
+    fn shared_version(object_path: &std::path::Path) -> std::io::Result<(Option<ObjectLock>, u64)> {
+        let opened = OpenOptions::new().read(true).open(Self::path(object_path));
+        let lock = match opened {
+            Ok(file) => ObjectLock { file },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
+            Err(e) => return Err(e),
+        };
+        lock.file.lock_shared()?;
+        let version = lock.version()?;
+        Ok((Some(lock), version))
+    }
+
+    /// The stored version; an empty lock file (or one written before
+    /// versions existed) is version 0.
+    fn version(&self) -> std::io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; VERSION_BYTES];
+        let mut len = 0;
+        while len < buf.len() {
+            match self.file.read_at(&mut buf[len..], len as u64)? {
+                0 => break,
+                n => len += n,
+            }
+        }
+        let text = std::str::from_utf8(&buf[..len]).unwrap_or("?").trim();
+        if text.is_empty() {
+            return Ok(0);
+        }
+        text.parse().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("lock file holds {text:?}, not a version"),
+            )
+        })
+    }
+
+    fn set_version(&self, version: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(format!("{version:020}\n").as_bytes(), 0)
+    }
+}
+
+/// This store's e-tag: `LocalFileSystem`'s `"<inode>-<mtime>-<size>"` with
+/// the object's version appended, `"<inode>-<mtime>-<size>-<version>"`.
+fn versioned_etag(tag: &str, version: u64) -> String {
+    match tag.strip_suffix('"') {
+        Some(open) => format!("{open}-{version:x}\""),
+        None => format!("{tag}-{version:x}"),
     }
 }
 
@@ -237,7 +392,8 @@ fn precondition(path: &str, reason: String) -> object_store::Error {
     }
 }
 
-/// The e-tag `LocalFileSystem` reports for a file (checked against it in tests).
+/// The e-tag `LocalFileSystem` reports for a file, without the version
+/// (checked against it in tests).
 fn local_etag(metadata: &std::fs::Metadata) -> String {
     use std::os::unix::fs::MetadataExt;
     let mtime = metadata
@@ -372,22 +528,13 @@ fn replace_if_match(
     location: &str,
     hooks: &Hooks,
 ) -> Result<PutResult> {
-    let mut lock_path = object_path.as_os_str().to_owned();
-    lock_path.push("#0");
-    let lock = match OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-    {
-        Ok(lock) => lock,
+    let lock = match ObjectLock::open(object_path, true) {
+        Ok(Some(lock)) => lock,
         // No directory, so no object: the precondition cannot hold.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(precondition(location, "object does not exist".into()))
-        }
+        Ok(None) => return Err(precondition(location, "object does not exist".into())),
         Err(e) => return Err(generic(e)),
     };
-    lock.lock().map_err(generic)?;
+    lock.file.lock().map_err(generic)?;
     let current = match std::fs::metadata(object_path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -395,7 +542,8 @@ fn replace_if_match(
         }
         Err(e) => return Err(generic(e)),
     };
-    let current_tag = local_etag(&current);
+    let version = lock.version().map_err(generic)?;
+    let current_tag = versioned_etag(&local_etag(&current), version);
     if current_tag != expected_tag {
         return Err(precondition(
             location,
@@ -411,10 +559,6 @@ fn replace_if_match(
         for chunk in payload.iter() {
             file.write_all(chunk)?;
         }
-        let previous = current.modified()?;
-        let mtime =
-            std::time::SystemTime::now().max(previous + std::time::Duration::from_micros(1));
-        file.set_modified(mtime)?;
         hooks.before_sync(SyncWrite::Replace, SyncPoint::File)?;
         file.sync_all()?;
         Ok(file)
@@ -427,7 +571,15 @@ fn replace_if_match(
             return Err(generic(e));
         }
     };
-    if let Err(e) = std::fs::rename(&staging, object_path) {
+    // The version changes before the new file is published (readers hold
+    // the lock shared, so none sees the one without the other). If the
+    // rename then fails, the object is unchanged under a new version: a
+    // holder of its e-tag loses a compare-and-swap it could have won, never
+    // the other way round.
+    let published = lock
+        .set_version(version + 1)
+        .and_then(|()| std::fs::rename(&staging, object_path));
+    if let Err(e) = published {
         let _ = std::fs::remove_file(&staging);
         return Err(generic(e));
     }
@@ -437,7 +589,7 @@ fn replace_if_match(
     // conditional replace out, so it is the object's current version.
     let metadata = file.metadata().map_err(generic)?;
     Ok(PutResult {
-        e_tag: Some(local_etag(&metadata)),
+        e_tag: Some(versioned_etag(&local_etag(&metadata), version + 1)),
         version: None,
         extensions: Default::default(),
     })
@@ -558,6 +710,145 @@ mod tests {
             mode: PutMode::Create,
             ..Default::default()
         }
+    }
+
+    /// Sets a file's mtime as a file system with coarse timestamps would
+    /// leave it: every version of the object gets the same one.
+    fn force_mtime(path: &std::path::Path) {
+        let file = OpenOptions::new().write(true).open(path).unwrap();
+        file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000))
+            .unwrap();
+    }
+
+    /// With a coarse clock every version has the same mtime, and a file
+    /// system that reuses inodes (ext4 hands a replaced file's inode to the
+    /// next one) gives a later version of the same size the inode of an
+    /// earlier one: the e-tag must still never repeat, and a compare-and-swap
+    /// on any earlier e-tag must fail.
+    #[tokio::test]
+    async fn e_tags_never_repeat_under_a_coarse_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let path = Path::from("shards/a/manifest");
+        let file = dir.path().join("shards/a/manifest");
+        store
+            .put_opts(&path, PutPayload::from_static(b"version-0"), create_only())
+            .await
+            .unwrap();
+        force_mtime(&file);
+        let mut tags = vec![store.head(&path).await.unwrap().e_tag];
+        for v in 1..=8 {
+            let current = tags.last().unwrap().clone();
+            let payload = PutPayload::from(format!("version-{v}").into_bytes());
+            let put = store
+                .put_opts(&path, payload, update_on(current))
+                .await
+                .unwrap();
+            assert_eq!(put.e_tag, store.head(&path).await.unwrap().e_tag);
+            force_mtime(&file);
+            let head = store.head(&path).await.unwrap();
+            let got = store.get(&path).await.unwrap();
+            assert_eq!(got.meta.e_tag, head.e_tag, "get and head agree");
+            assert!(
+                !tags.contains(&head.e_tag),
+                "version {v} repeats an e-tag: {tags:?}"
+            );
+            tags.push(head.e_tag);
+        }
+        for stale in &tags[..tags.len() - 1] {
+            let attempt = store
+                .put_opts(
+                    &path,
+                    PutPayload::from_static(b"stale"),
+                    update_on(stale.clone()),
+                )
+                .await;
+            assert!(
+                matches!(attempt, Err(object_store::Error::Precondition { .. })),
+                "a compare-and-swap on stale e-tag {stale:?} must fail: {attempt:?}"
+            );
+        }
+        let body = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&body[..], b"version-8");
+    }
+
+    /// A deleted and re-created object never repeats an e-tag of the object
+    /// it replaced, even with the same inode, size and (coarse) mtime.
+    #[tokio::test]
+    async fn a_recreated_object_does_not_repeat_an_old_e_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let path = Path::from("shards/a/manifest");
+        let file = dir.path().join("shards/a/manifest");
+        let first = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+        force_mtime(&file);
+        let old = store.head(&path).await.unwrap().e_tag;
+        let mut seen = vec![old.clone()];
+        for _ in 0..4 {
+            store.delete(&path).await.unwrap();
+            let created = store
+                .put_opts(&path, PutPayload::from_static(b"two"), create_only())
+                .await
+                .unwrap();
+            assert_eq!(created.e_tag, store.head(&path).await.unwrap().e_tag);
+            force_mtime(&file);
+            let tag = store.head(&path).await.unwrap().e_tag;
+            assert!(!seen.contains(&tag), "{tag:?} repeats one of {seen:?}");
+            seen.push(tag);
+        }
+        let stale = store
+            .put_opts(&path, PutPayload::from_static(b"x"), update_on(old))
+            .await;
+        assert!(matches!(
+            stale,
+            Err(object_store::Error::Precondition { .. })
+        ));
+    }
+
+    /// Conditional reads compare this store's e-tags (with the version).
+    #[tokio::test]
+    async fn conditional_gets_use_the_versioned_e_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let path = Path::from("shards/a/manifest");
+        let put = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        let tag = put.e_tag.unwrap();
+        assert!(tag.ends_with("-0\""), "{tag}");
+        let matching = object_store::GetOptions {
+            if_match: Some(tag.clone()),
+            ..Default::default()
+        };
+        assert!(store.get_opts(&path, matching).await.is_ok());
+        let unchanged = object_store::GetOptions {
+            if_none_match: Some(tag.clone()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.get_opts(&path, unchanged).await,
+            Err(object_store::Error::NotModified { .. })
+        ));
+        let stale = object_store::GetOptions {
+            if_match: Some("\"1-2-3-0\"".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.get_opts(&path, stale).await,
+            Err(object_store::Error::Precondition { .. })
+        ));
     }
 
     /// A staging file left by a crash (`<name>#9<pid>`), a partial file of
