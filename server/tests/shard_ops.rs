@@ -627,6 +627,100 @@ async fn recover_rebuilds_around_a_corrupt_run_when_no_version_avoids_it() {
 
 const MANIFEST: &str = "shards/s0/manifest";
 
+/// `recover` on a shard whose manifest does not decode, as a user would
+/// meet it: the manifest is replaced (conditionally on the corrupt object's
+/// e-tag, never deleted first), its exact bytes are kept under
+/// `quarantine/`, and every record is served again.
+async fn recover_replaces_a_corrupt_manifest(target: &Target) {
+    let store = target.open();
+    build_shard_in(&store).await;
+    let manifest = object_store::path::Path::from(MANIFEST);
+    store
+        .put(
+            &manifest,
+            object_store::PutPayload::from_static(b"garbage\n"),
+        )
+        .await
+        .unwrap();
+    let (code, report) = repair_at(&["recover", "s0", "--force"], target);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["outcome"]["status"], "done", "{report}");
+    assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
+    let quarantined = report["quarantined"].as_array().unwrap();
+    assert_eq!(quarantined.len(), 1, "{report}");
+    assert_eq!(quarantined[0], MANIFEST, "{report}");
+    let kept: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(
+        &object_store::path::Path::from("quarantine/shards/s0"),
+    )))
+    .await
+    .unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(
+        kept[0]
+            .location
+            .as_ref()
+            .starts_with("quarantine/shards/s0/manifest."),
+        "{kept:?}"
+    );
+    let bytes = store
+        .get(&kept[0].location)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(&bytes[..], b"garbage\n", "the exact bytes read are kept");
+    let (healthy, after) = verify_at(target, true);
+    assert_eq!(healthy, 0, "{after}");
+    assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
+}
+
+/// `recover` on a shard whose manifest was deleted: written create-only,
+/// then the shard opens (which it refuses to do on its own, see
+/// `serve_refuses_a_shard_whose_manifest_is_missing`).
+async fn recover_restores_a_deleted_manifest(target: &Target) {
+    let store = target.open();
+    build_shard_in(&store).await;
+    store
+        .delete(&object_store::path::Path::from(MANIFEST))
+        .await
+        .unwrap();
+    let (code, report) = repair_at(&["recover", "s0", "--force"], target);
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        report["quarantined"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
+    let (healthy, after) = verify_at(target, true);
+    assert_eq!(healthy, 0, "{after}");
+    assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
+}
+
+#[tokio::test]
+async fn recover_replaces_a_corrupt_manifest_on_a_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    recover_replaces_a_corrupt_manifest(&Target::local(dir.path())).await;
+}
+
+#[tokio::test]
+async fn recover_restores_a_deleted_manifest_on_a_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    recover_restores_a_deleted_manifest(&Target::local(dir.path())).await;
+}
+
+#[cfg(feature = "s3-tests")]
+#[tokio::test]
+async fn recover_replaces_a_corrupt_manifest_on_s3() {
+    recover_replaces_a_corrupt_manifest(&Target::s3("recover-corrupt")).await;
+}
+
+#[cfg(feature = "s3-tests")]
+#[tokio::test]
+async fn recover_restores_a_deleted_manifest_on_s3() {
+    recover_restores_a_deleted_manifest(&Target::s3("recover-deleted")).await;
+}
+
 /// `strata serve` on a store whose shard lost its manifest but not its data
 /// refuses to start, names `strata shard recover`, and writes no manifest;
 /// after the repair it starts.
