@@ -196,12 +196,21 @@ impl StoreLayer for LocalCas {
         };
         // The shared lock keeps every replace (exclusive, from before its
         // version changes until after the new file is published) out while
-        // the file's metadata and its version are read.
-        let (lock, version) =
-            tokio::task::spawn_blocking(move || ObjectLock::shared_version(&object_path))
-                .await
-                .map_err(generic)?
-                .map_err(generic)?;
+        // the file's metadata and its version are read. Most objects (WAL
+        // objects, segments, runs) were never replaced and have no lock file:
+        // for them this is one failed open, done here; waiting for the lock
+        // is done on a blocking thread.
+        let (lock, version) = match ObjectLock::open_shared(&object_path).map_err(generic)? {
+            None => (None, 0),
+            Some(lock) => tokio::task::spawn_blocking(move || {
+                lock.file.lock_shared()?;
+                let version = lock.version()?;
+                Ok::<_, std::io::Error>((Some(lock), version))
+            })
+            .await
+            .map_err(generic)?
+            .map_err(generic)?,
+        };
         let got = inner.get_opts(location, plain).await;
         drop(lock);
         let mut got = got?;
@@ -268,18 +277,14 @@ impl ObjectLock {
         }
     }
 
-    /// The version under a shared lock (held while the lock is kept), or
-    /// `(None, 0)` for an object that was never replaced.
-    fn shared_version(object_path: &std::path::Path) -> std::io::Result<(Option<ObjectLock>, u64)> {
-        let opened = OpenOptions::new().read(true).open(Self::path(object_path));
-        let lock = match opened {
-            Ok(file) => ObjectLock { file },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
-            Err(e) => return Err(e),
-        };
-        lock.file.lock_shared()?;
-        let version = lock.version()?;
-        Ok((Some(lock), version))
+    /// Opens the lock file for reading (to be locked shared), `None` for an
+    /// object that was never replaced.
+    fn open_shared(object_path: &std::path::Path) -> std::io::Result<Option<ObjectLock>> {
+        match OpenOptions::new().read(true).open(Self::path(object_path)) {
+            Ok(file) => Ok(Some(ObjectLock { file })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The stored version; an empty lock file (or one written before
