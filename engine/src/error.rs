@@ -49,6 +49,13 @@ pub enum EngineError {
     ShuttingDown,
     #[error("shard data is damaged at {object}: {reason}")]
     Corrupt { object: String, reason: String },
+    /// The shard has no manifest, but objects of it remain (`found` names
+    /// one): starting it empty would hide its data and run below the epoch
+    /// of an owner that may still be running. An operator repair restores it.
+    #[error(
+        "shard {shard} has no manifest, but its objects remain ({found}): it is not started          empty; restore its manifest with `strata shard recover {shard}` (docs/RUNBOOK.md §5)"
+    )]
+    ManifestMissing { shard: String, found: String },
     #[error("object store: {reason}")]
     Store { reason: String },
 }

@@ -15,8 +15,10 @@
 //! manifest's state when it is readable, and the offsets every segment's
 //! table holds): records that would become unreachable are reported, and
 //! the repair refuses unless the operator accepts the loss. Objects that
-//! fail validation are moved under `quarantine/` (copied, then removed from
-//! their place), never deleted.
+//! fail validation are copied under `quarantine/` before anything is
+//! written; damaged index runs are removed from their place once the new
+//! manifest is in, and a damaged manifest is replaced in place (by
+//! compare-and-swap on the e-tag of the bytes kept), never deleted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -118,13 +120,23 @@ pub enum RepairError {
     NoUsableVersion { reason: String },
     #[error("the shard is healthy; nothing to recover")]
     Healthy,
+    /// The manifest changed (or appeared, or vanished) between the repair's
+    /// read and its write: the repair wrote no manifest.
+    #[error(
+        "the shard's manifest changed while the repair ran (is a server still running?); \
+         no manifest was written: stop every server and run the repair again"
+    )]
+    ManifestChanged,
 }
 
 /// The manifest object as it is in the store, decodable or not.
 struct CurrentManifest {
     /// `None` when the object does not decode.
     value: Option<Manifest>,
+    /// The e-tag of `bytes`: the repair replaces exactly this object.
     e_tag: Option<String>,
+    /// The bytes read (kept under `quarantine/` when they do not decode).
+    bytes: Bytes,
 }
 
 async fn load_current(
@@ -142,6 +154,7 @@ async fn load_current(
     Ok(Some(CurrentManifest {
         value: strata_manifest::format::decode(&bytes).ok(),
         e_tag,
+        bytes,
     }))
 }
 
@@ -628,8 +641,18 @@ async fn restore(
         report.outcome = RepairOutcome::DryRun;
         return Ok(report);
     }
+    // Damaged objects are copied under quarantine/ first, and removed only
+    // once the new manifest is in place: a repair that stops half-way leaves
+    // the shard as it found it. The manifest is never removed: its
+    // replacement is written on the e-tag of the exact bytes kept.
+    let now_ms = env.clock.now_ms();
+    let manifest_path = layout.manifest();
     for path in &damaged {
-        quarantine(store, path, env.clock.now_ms()).await?;
+        let bytes = match current.as_ref() {
+            Some(c) if *path == manifest_path => c.bytes.clone(),
+            _ => read_object(store, path).await?,
+        };
+        keep_in_quarantine(store, path, bytes, now_ms).await?;
         report.quarantined.push(path.to_string());
     }
     if let Some(run) = new_run {
@@ -688,9 +711,9 @@ async fn restore(
         }),
         None => PutMode::Create,
     };
-    store
+    match store
         .put_opts(
-            &layout.manifest(),
+            &manifest_path,
             PutPayload::from(bytes),
             PutOptions {
                 mode,
@@ -698,8 +721,22 @@ async fn restore(
             },
         )
         .await
-        .map_err(|e| EngineError::store(&e))?;
+    {
+        Ok(_) => {}
+        Err(
+            object_store::Error::Precondition { .. }
+            | object_store::Error::AlreadyExists { .. }
+            | object_store::Error::NotFound { .. },
+        ) => return Err(RepairError::ManifestChanged),
+        Err(e) => return Err(EngineError::store(&e).into()),
+    }
     report.written_version = Some(next.version);
+    for path in damaged.iter().filter(|p| **p != manifest_path) {
+        match store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(EngineError::store(&e).into()),
+        }
+    }
     // Open as a new owner (claim, walk, fence), then close (final seal).
     let shard = Shard::open(
         env.clone(),
@@ -835,28 +872,30 @@ async fn damaged_runs(
     Ok(out)
 }
 
-/// Moves an object under `quarantine/` (copy, then remove the original).
-async fn quarantine(
-    store: &Arc<dyn ObjectStore>,
-    path: &Path,
-    now_ms: u64,
-) -> Result<(), EngineError> {
-    let bytes = store
+/// The whole of an object.
+async fn read_object(store: &Arc<dyn ObjectStore>, path: &Path) -> Result<Bytes, EngineError> {
+    store
         .get(path)
         .await
         .map_err(|e| EngineError::store(&e))?
         .bytes()
         .await
-        .map_err(|e| EngineError::store(&e))?;
+        .map_err(|e| EngineError::store(&e))
+}
+
+/// Keeps a copy of a damaged object's `bytes` under `quarantine/`.
+async fn keep_in_quarantine(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    bytes: Bytes,
+    now_ms: u64,
+) -> Result<(), EngineError> {
     let target = crate::layout::quarantine(path, now_ms);
     store
         .put(&target, PutPayload::from(bytes))
         .await
-        .map_err(|e| EngineError::store(&e))?;
-    match store.delete(path).await {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(EngineError::store(&e)),
-    }
+        .map(|_| ())
+        .map_err(|e| EngineError::store(&e))
 }
 
 /// How long ago the shard's manifest or newest WAL object was written.

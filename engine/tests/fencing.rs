@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, PutOptions, PutPayload, PutResult};
 use strata_engine::store::{Layered, StoreLayer, StoreOp};
 use strata_engine::{
     AppendRequest, EngineEnv, EngineError, InstanceId, ReadLimits, Shard, ShardConfig, ShardName,
@@ -101,4 +101,53 @@ async fn an_owner_that_walks_into_a_newer_fence_is_fenced() {
         .unwrap();
     let payloads: Vec<&[u8]> = read.records.iter().map(|r| r.payload.as_ref()).collect();
     assert_eq!(payloads, [b"one".as_ref(), b"two".as_ref()]);
+}
+
+/// When armed, answers the next WAL PUT `AlreadyExists` without storing it,
+/// as if the slot had been taken and then deleted before it was read back.
+#[derive(Debug, Default)]
+struct WalSlotTakenThenGone {
+    armed: AtomicBool,
+}
+
+#[async_trait]
+impl StoreLayer for WalSlotTakenThenGone {
+    async fn put_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        if location.as_ref().contains("/wal/") && self.armed.swap(false, Ordering::SeqCst) {
+            return Err(object_store::Error::AlreadyExists {
+                path: location.to_string(),
+                source: "taken".into(),
+            });
+        }
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
+/// A WAL object that vanishes after its PUT met `AlreadyExists` can only
+/// have been deleted by a newer owner's garbage collection: the writer is
+/// fenced. (Retrying would write into a slot below the newer owner's replay
+/// point, and acknowledge a record no later walk reads.)
+#[tokio::test]
+async fn a_wal_slot_that_vanishes_after_already_exists_fences_the_writer() {
+    let layered = Layered::new(Arc::new(InMemory::new()), WalSlotTakenThenGone::default());
+    let layer = layered.layer().clone();
+    let store: Arc<dyn ObjectStore> = Arc::new(layered);
+    let shard = open(store.clone(), 1).await.unwrap();
+    shard.create_stream(STREAM, &cipher()).await.unwrap();
+    layer.armed.store(true, Ordering::SeqCst);
+    let append = shard
+        .append(AppendRequest::new(
+            STREAM,
+            cipher(),
+            vec![Bytes::from_static(b"never acknowledged")],
+        ))
+        .await;
+    assert_eq!(append.err(), Some(EngineError::Fenced));
+    assert_eq!(shard.status(), strata_engine::ShardStatus::Fenced);
 }

@@ -8,6 +8,10 @@
 //! happened (an earlier attempt of ours landed), otherwise another writer won.
 //! Retries always resend the same bytes, so a late "ghost" of an earlier attempt
 //! can only ever make the object equal to what we meant to write.
+//!
+//! The one answer never settled by reading back is [`DurabilityUnknown`]: the
+//! bytes reached the store but may not survive a power loss, so the write
+//! fails at once with that store error (no read-back, no retry).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -217,6 +221,12 @@ impl<C: CasCodec> CasObject<C> {
                 }
                 Err(e) => e,
             };
+            // The bytes may be readable now and gone after a power loss:
+            // finding our token proves nothing, and neither would a retry.
+            if is_durability_unknown(&failure) {
+                tracing::warn!(path = %self.path, error = %failure, "conditional put of unknown durability");
+                return Err(self.store_error(failure));
+            }
             let lost_race = matches!(
                 failure,
                 object_store::Error::AlreadyExists { .. }
@@ -356,6 +366,115 @@ mod tests {
             .unwrap();
         let v = obj.create(manifest(7)).await.unwrap();
         assert_eq!(v.value.writer.write_id, [7; 16]);
+    }
+
+    /// Stores every PUT, then answers that its durability is unknown (as the
+    /// local store does when an fsync after publishing failed twice).
+    #[derive(Debug)]
+    struct StoredButNotDurable {
+        inner: Arc<InMemory>,
+        puts: std::sync::atomic::AtomicU64,
+    }
+
+    impl std::fmt::Display for StoredButNotDurable {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "StoredButNotDurable")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for StoredButNotDurable {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.put_opts(location, payload, opts).await?;
+            Err(DurabilityUnknown {
+                path: location.to_string(),
+                reason: "fsync failed".into(),
+            }
+            .into_store_error("test"))
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// A write whose durability is unknown is never reported written, even
+    /// though reading it back would find our token: it is not retried either.
+    #[tokio::test]
+    async fn a_write_of_unknown_durability_is_an_error_not_a_read_back() {
+        let memory = Arc::new(InMemory::new());
+        let plain = cas(memory.clone());
+        let v1 = plain.create(manifest(1)).await.unwrap();
+        let store = Arc::new(StoredButNotDurable {
+            inner: memory,
+            puts: Default::default(),
+        });
+        let failing = cas(store.clone());
+        let next = v1.value.successor(v1.value.writer);
+        match failing.replace(&v1, next.clone()).await {
+            Err(CasError::Store { source, .. }) => assert!(is_durability_unknown(&source)),
+            other => panic!("expected a store error of unknown durability, got {other:?}"),
+        }
+        assert_eq!(store.puts.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The bytes did reach the store: only a read-back would have said Ok.
+        assert_eq!(plain.load().await.unwrap().unwrap().value, next);
+        let fresh = cas(Arc::new(StoredButNotDurable {
+            inner: Arc::new(InMemory::new()),
+            puts: Default::default(),
+        }));
+        assert!(matches!(
+            fresh.create(manifest(2)).await,
+            Err(CasError::Store { .. })
+        ));
     }
 
     #[tokio::test]

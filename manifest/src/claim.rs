@@ -26,21 +26,21 @@ pub enum ClaimError {
     Cas(#[from] CasError<ManifestError>),
 }
 
-/// Claims `shard` for `instance`: creates the manifest at epoch 1 if there is
-/// none, otherwise bumps the epoch of the current one. With `expected`, the
-/// claim only succeeds if the manifest is still the one we last wrote (an owner
-/// re-claiming after its own failure must not steal the shard back).
+/// Claims `shard` for `instance` from `current`, the manifest the caller
+/// read (`None`: there is none, and the initial manifest, epoch 1, is
+/// created). A successor of `current` with the epoch bumped is written
+/// `If-Match` on its e-tag, so the claim fails (`Contended`) if anyone wrote
+/// the manifest since it was read, and a create fails the same way if a
+/// manifest appeared meanwhile. Deciding that a missing manifest may be
+/// created (the shard holds nothing else) is the caller's business: a shard
+/// that lost its manifest but not its data must not restart empty.
 pub async fn claim_shard(
     cas: &CasObject<ManifestCodec>,
     shard: &str,
     instance: [u8; 16],
     write_id: [u8; 16],
-    expected: Option<&Versioned<Manifest>>,
+    current: Option<&Versioned<Manifest>>,
 ) -> Result<Versioned<Manifest>, ClaimError> {
-    let current = match expected {
-        Some(v) => Some(v.clone()),
-        None => cas.load().await?,
-    };
     let result = match current {
         None => {
             cas.create(Manifest::initial(shard.to_string(), instance, write_id))
@@ -59,7 +59,7 @@ pub async fn claim_shard(
                 epoch: current.value.writer.epoch + 1,
                 write_id,
             };
-            cas.replace(&current, current.value.successor(writer)).await
+            cas.replace(current, current.value.successor(writer)).await
         }
     };
     match result {
@@ -90,7 +90,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(first.value.writer.epoch, 1);
-        let second = claim_shard(&cas, "a", [2; 16], [2; 16], None)
+        let loaded = cas.load().await.unwrap();
+        let second = claim_shard(&cas, "a", [2; 16], [2; 16], loaded.as_ref())
             .await
             .unwrap();
         assert_eq!(second.value.writer.epoch, 2);
@@ -98,7 +99,11 @@ mod tests {
         // The first owner tries to re-claim from what it last wrote: refused.
         let stale = claim_shard(&cas, "a", [1; 16], [3; 16], Some(&first)).await;
         assert!(matches!(stale, Err(ClaimError::Contended { .. })));
-        let wrong = claim_shard(&cas, "b", [1; 16], [4; 16], None).await;
+        // A create that meets a manifest (it appeared after the caller found
+        // none) is contended too.
+        let late = claim_shard(&cas, "a", [4; 16], [4; 16], None).await;
+        assert!(matches!(late, Err(ClaimError::Contended { .. })));
+        let wrong = claim_shard(&cas, "b", [1; 16], [4; 16], Some(&second)).await;
         assert!(matches!(wrong, Err(ClaimError::WrongShard { .. })));
     }
 }

@@ -112,6 +112,8 @@ impl From<EngineError> for ServiceError {
                     .into(),
             ),
             EngineError::ShuttingDown => ServiceError::Unavailable("shutting down".into()),
+            // An operator must act: the message says how (it names no customer data).
+            e @ EngineError::ManifestMissing { .. } => ServiceError::Unavailable(e.to_string()),
             e @ (EngineError::PageAuthentication { .. }
             | EngineError::Corrupt { .. }
             | EngineError::Store { .. }) => ServiceError::Internal(e.to_string()),
@@ -1463,4 +1465,25 @@ struct ResolvedFork {
     source: Arc<Versioned<Descriptor>>,
     /// A binary sub-offset's slice, the fork's first own record.
     prefix: Option<Bytes>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard refused for its missing manifest answers 503 with the
+    /// engine's message, which names the repair (not a hidden internal error).
+    #[test]
+    fn a_missing_manifest_is_shown_with_its_repair() {
+        let error = ServiceError::from(EngineError::ManifestMissing {
+            shard: "s0".into(),
+            found: "shards/s0/wal/00000000000000000007".into(),
+        });
+        match &error {
+            ServiceError::Unavailable(message) => {
+                assert!(message.contains("strata shard recover s0"), "{message}")
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
 }

@@ -7,13 +7,15 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use strata_engine::store::{open_store, StoreOptions};
 use strata_engine::{
     AppendRequest, EngineEnv, EngineError, InstanceId, ReadLimits, Shard, ShardConfig, ShardName,
     StreamRef,
 };
 use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
+
+mod common;
 
 const EXIT_DAMAGED: i32 = 3;
 
@@ -42,6 +44,16 @@ async fn build_shard(dir: &Path) -> Arc<dyn ObjectStore> {
 /// As `build_shard`, with the owner still running.
 async fn build_live_shard(dir: &Path) -> (Arc<dyn ObjectStore>, Shard) {
     let store = open_store(dir.to_str().unwrap(), &StoreOptions::default()).unwrap();
+    let shard = build_live_shard_in(&store).await;
+    (store, shard)
+}
+
+/// `build_shard` in any store.
+async fn build_shard_in(store: &Arc<dyn ObjectStore>) {
+    build_live_shard_in(store).await.crash();
+}
+
+async fn build_live_shard_in(store: &Arc<dyn ObjectStore>) -> Shard {
     let config = ShardConfig {
         seal_bytes: u64::MAX,
         seal_objects: u64::MAX,
@@ -83,7 +95,7 @@ async fn build_live_shard(dir: &Path) -> (Arc<dyn ObjectStore>, Shard) {
             .await
             .unwrap();
     }
-    (store, shard)
+    shard
 }
 
 /// The payloads of one stream, read by a new owner of the shard.
@@ -128,10 +140,14 @@ fn expected_stream_1() -> Vec<String> {
 }
 
 fn repair(args: &[&str], dir: &Path) -> (i32, serde_json::Value) {
+    repair_at(args, &Target::local(dir))
+}
+
+fn repair_at(args: &[&str], target: &Target) -> (i32, serde_json::Value) {
     let mut all = vec!["shard"];
     all.extend_from_slice(args);
     all.push("--json");
-    let out = strata(&all, dir);
+    let out = strata_at(&all, target);
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "no JSON ({e}): {}\n{}",
@@ -143,20 +159,89 @@ fn repair(args: &[&str], dir: &Path) -> (i32, serde_json::Value) {
 }
 
 fn strata(args: &[&str], dir: &Path) -> Output {
+    strata_at(args, &Target::local(dir))
+}
+
+/// Where a test's shard lives: a store URL, and the flags that reach it.
+struct Target {
+    url: String,
+    flags: Vec<String>,
+    options: StoreOptions,
+}
+
+impl Target {
+    fn local(dir: &Path) -> Target {
+        Target {
+            url: dir.to_str().unwrap().to_string(),
+            flags: Vec::new(),
+            options: StoreOptions::default(),
+        }
+    }
+
+    /// A fresh prefix of the moto bucket `scripts/test` starts.
+    #[cfg(feature = "s3-tests")]
+    fn s3(name: &str) -> Target {
+        let endpoint = std::env::var("STRATA_TEST_S3_ENDPOINT").expect("scripts/test starts moto");
+        let bucket = std::env::var("STRATA_TEST_S3_BUCKET").expect("STRATA_TEST_S3_BUCKET");
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let s3 = strata_engine::store::S3Options {
+            endpoint: Some(endpoint.clone()),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("testing".into()),
+            secret_access_key: Some("testing".into()),
+            allow_http: true,
+        };
+        Target {
+            url: format!("s3://{bucket}/{name}-{nonce}"),
+            flags: [
+                "--s3-endpoint",
+                &endpoint,
+                "--s3-region",
+                "us-east-1",
+                "--s3-access-key-id",
+                "testing",
+                "--s3-secret-access-key",
+                "testing",
+                "--s3-allow-http",
+            ]
+            .iter()
+            .map(|f| f.to_string())
+            .collect(),
+            options: StoreOptions {
+                s3,
+                ..StoreOptions::default()
+            },
+        }
+    }
+
+    fn open(&self) -> Arc<dyn ObjectStore> {
+        open_store(&self.url, &self.options).unwrap()
+    }
+}
+
+fn strata_at(args: &[&str], target: &Target) -> Output {
     Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(args)
         .arg("--store")
-        .arg(dir)
+        .arg(&target.url)
+        .args(&target.flags)
         .output()
         .expect("strata runs")
 }
 
 fn verify(dir: &Path, deep: bool) -> (i32, serde_json::Value) {
+    verify_at(&Target::local(dir), deep)
+}
+
+fn verify_at(target: &Target, deep: bool) -> (i32, serde_json::Value) {
     let mut args = vec!["shard", "verify", "s0", "--json"];
     if deep {
         args.push("--deep");
     }
-    let out = strata(&args, dir);
+    let out = strata_at(&args, target);
     let code = out.status.code().expect("exit code");
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -537,5 +622,155 @@ async fn recover_rebuilds_around_a_corrupt_run_when_no_version_avoids_it() {
     assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
     let (healthy, after) = verify(dir.path(), true);
     assert_eq!(healthy, 0, "{after}");
+    assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
+}
+
+const MANIFEST: &str = "shards/s0/manifest";
+
+/// `recover` on a shard whose manifest does not decode, as a user would
+/// meet it: the manifest is replaced (conditionally on the corrupt object's
+/// e-tag, never deleted first), its exact bytes are kept under
+/// `quarantine/`, and every record is served again.
+async fn recover_replaces_a_corrupt_manifest(target: &Target) {
+    let store = target.open();
+    build_shard_in(&store).await;
+    let manifest = object_store::path::Path::from(MANIFEST);
+    store
+        .put(
+            &manifest,
+            object_store::PutPayload::from_static(b"garbage\n"),
+        )
+        .await
+        .unwrap();
+    let (code, report) = repair_at(&["recover", "s0", "--force"], target);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["outcome"]["status"], "done", "{report}");
+    assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
+    let quarantined = report["quarantined"].as_array().unwrap();
+    assert_eq!(quarantined.len(), 1, "{report}");
+    assert_eq!(quarantined[0], MANIFEST, "{report}");
+    let kept: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(
+        &object_store::path::Path::from("quarantine/shards/s0"),
+    )))
+    .await
+    .unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(
+        kept[0]
+            .location
+            .as_ref()
+            .starts_with("quarantine/shards/s0/manifest."),
+        "{kept:?}"
+    );
+    let bytes = store
+        .get(&kept[0].location)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(&bytes[..], b"garbage\n", "the exact bytes read are kept");
+    let (healthy, after) = verify_at(target, true);
+    assert_eq!(healthy, 0, "{after}");
+    assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
+}
+
+/// `recover` on a shard whose manifest was deleted: written create-only,
+/// then the shard opens (which it refuses to do on its own, see
+/// `serve_refuses_a_shard_whose_manifest_is_missing`).
+async fn recover_restores_a_deleted_manifest(target: &Target) {
+    let store = target.open();
+    build_shard_in(&store).await;
+    store
+        .delete(&object_store::path::Path::from(MANIFEST))
+        .await
+        .unwrap();
+    let (code, report) = repair_at(&["recover", "s0", "--force"], target);
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        report["quarantined"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert!(report["lost"].as_array().unwrap().is_empty(), "{report}");
+    let (healthy, after) = verify_at(target, true);
+    assert_eq!(healthy, 0, "{after}");
+    assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
+}
+
+#[tokio::test]
+async fn recover_replaces_a_corrupt_manifest_on_a_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    recover_replaces_a_corrupt_manifest(&Target::local(dir.path())).await;
+}
+
+#[tokio::test]
+async fn recover_restores_a_deleted_manifest_on_a_local_store() {
+    let dir = tempfile::tempdir().unwrap();
+    recover_restores_a_deleted_manifest(&Target::local(dir.path())).await;
+}
+
+#[cfg(feature = "s3-tests")]
+#[tokio::test]
+async fn recover_replaces_a_corrupt_manifest_on_s3() {
+    recover_replaces_a_corrupt_manifest(&Target::s3("recover-corrupt")).await;
+}
+
+#[cfg(feature = "s3-tests")]
+#[tokio::test]
+async fn recover_restores_a_deleted_manifest_on_s3() {
+    recover_restores_a_deleted_manifest(&Target::s3("recover-deleted")).await;
+}
+
+/// `strata serve` on a store whose shard lost its manifest but not its data
+/// refuses to start, names `strata shard recover`, and writes no manifest;
+/// after the repair it starts.
+#[tokio::test]
+async fn serve_refuses_a_shard_whose_manifest_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = build_shard(dir.path()).await;
+    std::fs::remove_file(dir.path().join(MANIFEST)).unwrap();
+    let serve = |dir: &Path| {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--store"])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("strata starts");
+        (child, port)
+    };
+    let (mut child, port) = serve(dir.path());
+    // It must exit on its own; answering /healthz means it started.
+    let exited = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        let healthz = common::client()
+            .get(format!("http://127.0.0.1:{port}/healthz"))
+            .timeout(std::time::Duration::from_millis(200))
+            .send()
+            .await;
+        if healthz.is_ok_and(|r| r.status().is_success()) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("strata serve started a shard that has data but no manifest");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!exited.success(), "{stderr}");
+    assert!(stderr.contains("strata shard recover s0"), "{stderr}");
+    assert!(
+        !dir.path().join(MANIFEST).exists(),
+        "no manifest was created"
+    );
+    let (code, report) = repair(&["recover", "s0", "--force"], dir.path());
+    assert_eq!(code, 0, "{report}");
     assert_eq!(read_stream(&store, stream(1)).await, expected_stream_1());
 }

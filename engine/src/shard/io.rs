@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use strata_manifest::cas::is_transient;
+use strata_manifest::cas::{is_durability_unknown, is_transient};
 use strata_manifest::RetryPolicy;
 use strata_wal::WriterId;
 
@@ -15,8 +15,10 @@ use strata_wal::WriterId;
 pub(crate) enum WalPutOutcome {
     /// The object is ours (written now, or by an earlier attempt).
     Written,
-    /// The slot holds an object of a newer owner: we are fenced.
-    Fenced { epoch: u64 },
+    /// The slot holds an object of a newer owner (its epoch), or an object
+    /// that was there vanished (`None`: only a newer owner's garbage
+    /// collection deletes a WAL object at a slot we write): we are fenced.
+    Fenced { epoch: Option<u64> },
     /// The slot holds another object of our epoch or an older one.
     Collision { epoch: u64 },
     /// The store kept failing; the object may or may not exist.
@@ -68,7 +70,8 @@ pub(crate) async fn get_object(
 }
 
 /// Writes a WAL object create-only. An existing object at the slot is read
-/// back: our write id means an earlier attempt landed.
+/// back: our write id means an earlier attempt landed. A write the store
+/// reports as of unknown durability fails at once.
 pub(crate) async fn put_wal_object(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
@@ -86,6 +89,11 @@ pub(crate) async fn put_wal_object(
             Ok(_) => return WalPutOutcome::Written,
             Err(e) => e,
         };
+        // Published, but maybe not durable: never retried, never read back
+        // as written (the owner fails the batch as outcome-unknown).
+        if is_durability_unknown(&error) {
+            return WalPutOutcome::Failed(error);
+        }
         if matches!(error, object_store::Error::AlreadyExists { .. }) {
             match get_object(store, path, retry).await {
                 Ok(Some(bytes)) => match strata_wal::decode_header(&bytes) {
@@ -94,7 +102,7 @@ pub(crate) async fn put_wal_object(
                     }
                     Ok(h) if h.writer.epoch > mine.epoch => {
                         return WalPutOutcome::Fenced {
-                            epoch: h.writer.epoch,
+                            epoch: Some(h.writer.epoch),
                         }
                     }
                     Ok(h) => {
@@ -105,8 +113,11 @@ pub(crate) async fn put_wal_object(
                     // Unreadable bytes at our slot: someone else's damaged write.
                     Err(_) => return WalPutOutcome::Collision { epoch: 0 },
                 },
-                // Vanished after AlreadyExists: only a deletion could do that; retry.
-                Ok(None) => {}
+                // Vanished after AlreadyExists: only a newer owner's garbage
+                // collection deletes a WAL object at a slot we write (below its
+                // replay point). Writing again would put an object where no
+                // walk reads it.
+                Ok(None) => return WalPutOutcome::Fenced { epoch: None },
                 Err(e) => return WalPutOutcome::Failed(e),
             }
         }
@@ -192,4 +203,65 @@ pub(crate) async fn delete_object(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Layered, StoreLayer};
+    use async_trait::async_trait;
+    use object_store::memory::InMemory;
+    use object_store::PutResult;
+    use std::time::Duration;
+
+    /// Answers every PUT `AlreadyExists` without storing anything: the slot
+    /// was taken, and what took it is gone by the time it is read back.
+    #[derive(Debug)]
+    struct TakenThenGone;
+
+    #[async_trait]
+    impl StoreLayer for TakenThenGone {
+        async fn put_opts(
+            &self,
+            _inner: &Arc<dyn ObjectStore>,
+            location: &Path,
+            _payload: PutPayload,
+            _opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            Err(object_store::Error::AlreadyExists {
+                path: location.to_string(),
+                source: "taken".into(),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wal_object_gone_after_already_exists_means_fenced() {
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(Layered::new(Arc::new(InMemory::new()), TakenThenGone));
+        let mine = WriterId {
+            instance: [1; 16],
+            epoch: 3,
+            write_id: [2; 16],
+        };
+        let retry = RetryPolicy {
+            attempts: 3,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(1),
+        };
+        let outcome = put_wal_object(
+            &store,
+            &Path::from("shards/s0/wal/00000000000000000005"),
+            PutPayload::from_static(b"object"),
+            &mine,
+            &retry,
+        )
+        .await;
+        // Only a newer owner's garbage collection deletes a WAL object at a
+        // slot an owner is writing: the writer is fenced (not retrying).
+        assert!(
+            matches!(outcome, WalPutOutcome::Fenced { epoch: None }),
+            "{outcome:?}"
+        );
+    }
 }

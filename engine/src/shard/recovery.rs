@@ -1,8 +1,11 @@
 //! Opening a shard from the object store alone: claim, walk, fence.
 //!
 //! 1. **Claim**: bump the manifest's writer epoch by CAS (`If-Match`). A
-//!    re-claim after our own write failure passes the manifest we last wrote,
-//!    so it fails if anyone else claimed meanwhile.
+//!    re-claim after our own write failure proceeds only from a manifest this
+//!    owner wrote, so it fails if anyone else claimed meanwhile. With no
+//!    manifest, the initial one is created only if the shard's folders hold
+//!    nothing: a shard that lost its manifest but not its data is refused
+//!    (`EngineError::ManifestMissing`), never started empty.
 //! 2. **Walk**: list the WAL slots from the manifest's replay point, fetch the
 //!    contiguous run that starts there (parallel GETs, applied in slot order)
 //!    and apply every object the [`LogWalk`] admits. The first missing slot ends
@@ -22,18 +25,19 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use strata_manifest::{
-    claim_shard, CasObject, ClaimError, Manifest, ManifestCodec, ReplayPoint, SlotRange, Versioned,
+    claim_shard, CasError, CasObject, ClaimError, Manifest, ManifestCodec, ReplayPoint, SlotRange,
+    Versioned,
 };
 use strata_wal::{Admission, LogWalk, ObjectKind, WalObject, WriterId};
 
-use super::io::{get_object, put_wal_object, WalPutOutcome};
+use super::io::{get_object, put_wal_object, with_retries, WalPutOutcome};
 use super::sealed;
 use super::state::{entry_stream, StreamTable};
 use super::{ShardConfig, ShardCtx};
 use crate::env::EngineEnv;
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName};
-use crate::layout::{ObjectId, ShardLayout};
+use crate::layout::{ImmutableKind, ObjectId, ShardLayout};
 
 /// Most slots the fence may move past objects that appeared after the listing.
 const FENCE_PROBES_MAX: u64 = 4096;
@@ -130,7 +134,11 @@ impl Walker<'_> {
 
 /// Claims the shard and rebuilds its state.
 pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
-    let manifest = claim(ctx, None).await?;
+    let current = load_manifest(ctx).await?;
+    if current.is_none() {
+        refuse_if_not_empty(ctx).await?;
+    }
+    let manifest = claim(ctx, current.as_ref()).await?;
     let (_, opened) = futures::join!(
         super::history::record(ctx, &manifest),
         walk_and_fence(ctx, manifest.clone())
@@ -142,36 +150,68 @@ pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
 /// manifest in the store is still one this owner wrote (its last write may
 /// have landed even if its answer was lost, so the manifest is read rather
 /// than remembered). A manifest of ours at a later epoch is an earlier attempt
-/// of this re-claim that landed: it is adopted. Anyone else's means fenced.
+/// of this re-claim that landed, but whose durability may be unknown: it is
+/// claimed again (one more epoch, a fresh durable write), never adopted as
+/// read. Anyone else's manifest means fenced.
 pub(crate) async fn reclaim(
     ctx: &ShardCtx,
     epoch: u64,
 ) -> Result<Versioned<Manifest>, EngineError> {
-    let current = ctx
-        .manifest
-        .load()
-        .await
-        .map_err(|e| EngineError::Store {
-            reason: e.to_string(),
-        })?
+    let current = load_manifest(ctx)
+        .await?
         .ok_or_else(|| EngineError::corrupt(ctx.manifest.path(), "the manifest vanished"))?;
     let writer = current.value.writer;
     if writer.instance != ctx.instance.0 || writer.epoch < epoch {
         return Err(EngineError::Fenced);
-    }
-    if writer.epoch > epoch {
-        return Ok(current);
     }
     let claimed = claim(ctx, Some(&current)).await?;
     super::history::record(ctx, &claimed).await;
     Ok(claimed)
 }
 
-/// Bumps the writer epoch. `expected` is the manifest to bump (then any other
-/// write since wins and we are fenced); `None` claims whatever is there.
+/// The manifest in the store (`None`: there is none).
+async fn load_manifest(ctx: &ShardCtx) -> Result<Option<Versioned<Manifest>>, EngineError> {
+    ctx.manifest.load().await.map_err(|e| match e {
+        CasError::Corrupt { path, source } => EngineError::corrupt(path, source),
+        other => EngineError::Store {
+            reason: other.to_string(),
+        },
+    })
+}
+
+/// A shard without a manifest may start empty only if nothing of it is left:
+/// one listing per folder, stopping at the first object.
+async fn refuse_if_not_empty(ctx: &ShardCtx) -> Result<(), EngineError> {
+    let layout = &ctx.layout;
+    let folders = [
+        layout.wal_prefix(),
+        layout.immutable_prefix(ImmutableKind::IndexRun),
+        layout.immutable_prefix(ImmutableKind::Segment),
+        layout.manifest_history_prefix(),
+    ];
+    for folder in folders {
+        let first = with_retries(&ctx.config.store_retry, || async {
+            ctx.env.store.list(Some(&folder)).next().await.transpose()
+        })
+        .await
+        .map_err(|e| EngineError::store(&e))?;
+        if let Some(meta) = first {
+            return Err(EngineError::ManifestMissing {
+                shard: layout.shard().to_string(),
+                found: meta.location.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Bumps the writer epoch of `current`, the manifest just read (then any
+/// other write since wins and we are fenced), or creates the initial
+/// manifest when `current` is `None` (then any manifest that appeared
+/// meanwhile wins).
 pub(crate) async fn claim(
     ctx: &ShardCtx,
-    expected: Option<&Versioned<Manifest>>,
+    current: Option<&Versioned<Manifest>>,
 ) -> Result<Versioned<Manifest>, EngineError> {
     let claim_write_id = ctx.env.entropy.bytes16();
     claim_shard(
@@ -179,7 +219,7 @@ pub(crate) async fn claim(
         ctx.layout.shard().as_str(),
         ctx.instance.0,
         claim_write_id,
-        expected,
+        current,
     )
     .await
     .map_err(|e| match e {

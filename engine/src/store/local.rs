@@ -3,7 +3,12 @@
 //!
 //! Durability: every put writes a staged file, `fsync`s it, publishes it by
 //! hard link (create-only) or rename (overwrite) and `fsync`s the directory
-//! before returning, so an acknowledged write is on disk.
+//! before returning, so an acknowledged write is on disk. A failed fsync
+//! before publishing is an ordinary error (nothing was published); after
+//! publishing, the file and directory are synced again, and if that fails the
+//! answer is `DurabilityUnknown` (readable now, maybe gone after a power
+//! loss), which writers neither retry nor settle by reading back. Tests
+//! inject fsync failures through the `fault-hooks` feature.
 //!
 //! Create-only puts (every WAL object) use Linux's `O_TMPFILE`: an unnamed file
 //! in the target directory is written and `fdatasync`ed, then linked under its
@@ -20,11 +25,14 @@
 //! staging file, fsynced, and published by rename, then the directory fsynced.
 //! A missing object answers `Precondition`, as on S3.
 //!
-//! E-tags are `LocalFileSystem`'s `"<inode>-<mtime µs>-<size>"`. Kernel mtimes
-//! are coarse (a clock tick), so a reused inode with the same size could repeat
-//! an old e-tag and let a stale compare-and-swap succeed. Replacements therefore
-//! set the new file's mtime strictly after the current version's, so the
-//! versions of one object never share an e-tag.
+//! E-tags are `LocalFileSystem`'s `"<inode>-<mtime µs>-<size>"` with the
+//! object's version appended: `"<inode>-<mtime µs>-<size>-<version>"`. Kernel
+//! mtimes are coarse (a clock tick, or a second on some file systems), and
+//! file systems reuse inodes, so the first three parts alone can repeat an
+//! old version's e-tag and let a stale compare-and-swap succeed. The version
+//! is kept in the lock file and bumped under its exclusive lock by every
+//! replace (and by a create or overwrite once a lock file exists); reads take
+//! the lock shared, so a file and its version are always read together.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -33,7 +41,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, PutResult, Result};
+use object_store::{
+    GetOptions, GetResult, ObjectStore, PutMode, PutOptions, PutPayload, PutResult, Result,
+};
+
+use strata_manifest::cas::DurabilityUnknown;
 
 use super::layer::{Layered, StoreLayer};
 
@@ -41,6 +53,50 @@ use super::layer::{Layered, StoreLayer};
 #[derive(Debug)]
 pub struct LocalCas {
     fs: Arc<LocalFileSystem>,
+    hooks: Hooks,
+}
+
+/// Which kind of write an `fsync` belongs to (for the test fault hooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncWrite {
+    /// A create-only put (`If-None-Match: *`).
+    Create,
+    /// A compare-and-swap replace (`If-Match`).
+    Replace,
+}
+
+/// Which `fsync` of a write (for the test fault hooks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncPoint {
+    /// The new file's data, before it is published under the object's name.
+    File,
+    /// The directory, after the file was published.
+    Dir,
+}
+
+/// Fault hooks compiled into test builds only (feature `fault-hooks`).
+#[derive(Debug, Clone, Default)]
+struct Hooks {
+    #[cfg(feature = "fault-hooks")]
+    faults: Arc<super::fsync_faults::FsyncFaults>,
+}
+
+impl Hooks {
+    /// Runs before each fsync a write depends on: a test may fail it.
+    fn before_sync(&self, write: SyncWrite, point: SyncPoint) -> std::io::Result<()> {
+        #[cfg(feature = "fault-hooks")]
+        self.faults.check(write, point)?;
+        let _ = (write, point);
+        Ok(())
+    }
+}
+
+#[cfg(feature = "fault-hooks")]
+impl LocalCas {
+    /// The store's fsync fault hooks (test builds only).
+    pub fn fsync_faults(&self) -> &Arc<super::fsync_faults::FsyncFaults> {
+        &self.hooks.faults
+    }
 }
 
 /// Opens (creating if needed) a local-directory store rooted at `dir`.
@@ -50,7 +106,13 @@ pub fn local_store(dir: &std::path::Path) -> std::io::Result<Layered<LocalCas>> 
         .map_err(std::io::Error::other)?
         .with_fsync(true);
     let fs = Arc::new(fs);
-    Ok(Layered::new(fs.clone(), LocalCas { fs }))
+    Ok(Layered::new(
+        fs.clone(),
+        LocalCas {
+            fs,
+            hooks: Hooks::default(),
+        },
+    ))
 }
 
 fn generic(source: impl std::error::Error + Send + Sync + 'static) -> object_store::Error {
@@ -69,36 +131,262 @@ impl StoreLayer for LocalCas {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        let expected = match &opts.mode {
-            PutMode::Update(v) => v.clone(),
-            PutMode::Create if opts.attributes.is_empty() => {
-                let object_path = self.fs.path_to_filesystem(location)?;
-                let location_text = location.to_string();
-                let staged = payload.clone();
-                let created = tokio::task::spawn_blocking(move || {
-                    create_with_tmpfile(&object_path, &staged, &location_text)
-                })
-                .await
-                .map_err(generic)?;
-                return match created {
-                    Some(result) => result,
-                    None => inner.put_opts(location, payload, opts).await,
-                };
-            }
-            _ => return inner.put_opts(location, payload, opts).await,
-        };
-        let Some(expected_tag) = expected.e_tag else {
-            return Err(generic(std::io::Error::other(
-                "conditional update needs an e-tag",
-            )));
-        };
         let object_path = self.fs.path_to_filesystem(location)?;
         let location_text = location.to_string();
-        tokio::task::spawn_blocking(move || {
-            replace_if_match(&object_path, &expected_tag, &payload, &location_text)
+        if let PutMode::Update(expected) = &opts.mode {
+            let Some(expected_tag) = expected.e_tag.clone() else {
+                return Err(generic(std::io::Error::other(
+                    "conditional update needs an e-tag",
+                )));
+            };
+            let hooks = self.hooks.clone();
+            return tokio::task::spawn_blocking(move || {
+                replace_if_match(
+                    &object_path,
+                    &expected_tag,
+                    &payload,
+                    &location_text,
+                    &hooks,
+                )
+            })
+            .await
+            .map_err(generic)?;
+        }
+        // A create or an overwrite of an object that has been replaced before
+        // (it has a lock file) takes its lock and bumps its version, so that a
+        // re-created or overwritten object never repeats an older e-tag.
+        let create = matches!(opts.mode, PutMode::Create);
+        let tmpfile = create && opts.attributes.is_empty();
+        let staged = payload.clone();
+        let hooks = self.hooks.clone();
+        let (lock, version, created) = tokio::task::spawn_blocking(move || {
+            let (lock, version) = bump_if_locked(&object_path, create, &location_text)?;
+            let created = tmpfile
+                .then(|| create_with_tmpfile(&object_path, &staged, &location_text, &hooks))
+                .flatten();
+            Ok::<_, object_store::Error>((lock, version, created))
         })
         .await
-        .map_err(generic)?
+        .map_err(generic)??;
+        let written = match created {
+            Some(result) => result,
+            None if create => self.create_by_staging(inner, location, payload, opts).await,
+            None => inner.put_opts(location, payload, opts).await,
+        };
+        drop(lock);
+        let mut result = written?;
+        result.e_tag = result.e_tag.map(|tag| versioned_etag(&tag, version));
+        Ok(result)
+    }
+
+    async fn get_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        options: GetOptions,
+    ) -> Result<GetResult> {
+        let object_path = self.fs.path_to_filesystem(location)?;
+        // `If-Match` / `If-None-Match` compare this layer's e-tags, not
+        // `LocalFileSystem`'s: they are checked here.
+        let mut plain = options;
+        let conditions = GetOptions {
+            if_match: plain.if_match.take(),
+            if_none_match: plain.if_none_match.take(),
+            ..GetOptions::default()
+        };
+        // The shared lock keeps every replace (exclusive, from before its
+        // version changes until after the new file is published) out while
+        // the file's metadata and its version are read. Most objects (WAL
+        // objects, segments, runs) were never replaced and have no lock file:
+        // for them this is one failed open, done here; waiting for the lock
+        // is done on a blocking thread.
+        let (lock, version) = match ObjectLock::open_shared(&object_path).map_err(generic)? {
+            None => (None, 0),
+            Some(lock) => tokio::task::spawn_blocking(move || {
+                lock.file.lock_shared()?;
+                let version = lock.version()?;
+                Ok::<_, std::io::Error>((Some(lock), version))
+            })
+            .await
+            .map_err(generic)?
+            .map_err(generic)?,
+        };
+        let got = inner.get_opts(location, plain).await;
+        drop(lock);
+        let mut got = got?;
+        got.meta.e_tag = got.meta.e_tag.map(|tag| versioned_etag(&tag, version));
+        conditions.check_preconditions(&got.meta)?;
+        Ok(got)
+    }
+}
+
+/// Takes an existing lock file of `object_path` exclusively and bumps the
+/// version before a create or an overwrite (a create of an object that
+/// exists is refused without a bump). `(None, 0)` when there is no lock file.
+fn bump_if_locked(
+    object_path: &std::path::Path,
+    create: bool,
+    location: &str,
+) -> Result<(Option<ObjectLock>, u64)> {
+    let Some(lock) = ObjectLock::open(object_path, false).map_err(generic)? else {
+        return Ok((None, 0));
+    };
+    lock.file.lock().map_err(generic)?;
+    if create && object_path.exists() {
+        return Err(object_store::Error::AlreadyExists {
+            path: location.to_string(),
+            source: "object exists".into(),
+        });
+    }
+    let version = lock.version().map_err(generic)? + 1;
+    lock.set_version(version).map_err(generic)?;
+    Ok((Some(lock), version))
+}
+
+/// An object's lock file, `<object>#0` (a name `LocalFileSystem` never
+/// lists): every compare-and-swap of the object holds it exclusively, and it
+/// holds the object's version, which every replace increments. It is created
+/// by the first replace and never removed.
+struct ObjectLock {
+    file: std::fs::File,
+}
+
+/// Bytes of a stored version: 20 decimal digits and a newline.
+const VERSION_BYTES: usize = 21;
+
+impl ObjectLock {
+    fn path(object_path: &std::path::Path) -> std::path::PathBuf {
+        let mut path = object_path.as_os_str().to_owned();
+        path.push("#0");
+        path.into()
+    }
+
+    /// Opens the lock file, creating it if `create`; `None` when it (or its
+    /// directory) does not exist and is not to be created.
+    fn open(object_path: &std::path::Path, create: bool) -> std::io::Result<Option<ObjectLock>> {
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(Self::path(object_path));
+        match opened {
+            Ok(file) => Ok(Some(ObjectLock { file })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens the lock file for reading (to be locked shared), `None` for an
+    /// object that was never replaced.
+    fn open_shared(object_path: &std::path::Path) -> std::io::Result<Option<ObjectLock>> {
+        match OpenOptions::new().read(true).open(Self::path(object_path)) {
+            Ok(file) => Ok(Some(ObjectLock { file })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The stored version; an empty lock file (or one written before
+    /// versions existed) is version 0.
+    fn version(&self) -> std::io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; VERSION_BYTES];
+        let mut len = 0;
+        while len < buf.len() {
+            match self.file.read_at(&mut buf[len..], len as u64)? {
+                0 => break,
+                n => len += n,
+            }
+        }
+        let text = std::str::from_utf8(&buf[..len]).unwrap_or("?").trim();
+        if text.is_empty() {
+            return Ok(0);
+        }
+        text.parse().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("lock file holds {text:?}, not a version"),
+            )
+        })
+    }
+
+    fn set_version(&self, version: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(format!("{version:020}\n").as_bytes(), 0)
+    }
+}
+
+/// This store's e-tag: `LocalFileSystem`'s `"<inode>-<mtime>-<size>"` with
+/// the object's version appended, `"<inode>-<mtime>-<size>-<version>"`.
+fn versioned_etag(tag: &str, version: u64) -> String {
+    match tag.strip_suffix('"') {
+        Some(open) => format!("{open}-{version:x}\""),
+        None => format!("{tag}-{version:x}"),
+    }
+}
+
+impl LocalCas {
+    /// `LocalFileSystem`'s create-only path (staging file, hard link, fsync).
+    /// It cannot say whether an error came before or after the object was
+    /// published: an error with the object present is reported as of unknown
+    /// durability (it may be ours, published, with a failed fsync), never as
+    /// a retryable error whose retry would read the object back as written.
+    async fn create_by_staging(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let error = match inner.put_opts(location, payload, opts).await {
+            Err(e @ object_store::Error::Generic { .. }) => e,
+            other => return other,
+        };
+        match self.fs.path_to_filesystem(location).map(|p| p.exists()) {
+            Ok(true) => Err(DurabilityUnknown {
+                path: location.to_string(),
+                reason: format!("the create failed after the object appeared: {error}"),
+            }
+            .into_store_error("LocalCas")),
+            _ => Err(error),
+        }
+    }
+}
+
+/// After a new file was published under the object's name: `fsync` the
+/// directory. If that fails the object's durability is unknown (it is
+/// readable now and may be gone after a power loss), so the file and the
+/// directory are synced again; if that fails too, the answer is
+/// [`DurabilityUnknown`], which no writer retries or settles by reading back.
+fn sync_published(
+    hooks: &Hooks,
+    write: SyncWrite,
+    file: &std::fs::File,
+    dir: &std::path::Path,
+    location: &str,
+) -> Result<()> {
+    let sync_dir = || -> std::io::Result<()> {
+        hooks.before_sync(write, SyncPoint::Dir)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    let Err(first) = sync_dir() else {
+        return Ok(());
+    };
+    tracing::warn!(%location, error = %first, "directory fsync after publishing failed; syncing again");
+    let again = (|| {
+        hooks.before_sync(write, SyncPoint::File)?;
+        file.sync_all()?;
+        sync_dir()
+    })();
+    match again {
+        Ok(()) => Ok(()),
+        Err(second) => Err(DurabilityUnknown {
+            path: location.to_string(),
+            reason: format!("directory fsync failed ({first}), and again ({second})"),
+        }
+        .into_store_error("LocalCas")),
     }
 }
 
@@ -109,7 +397,8 @@ fn precondition(path: &str, reason: String) -> object_store::Error {
     }
 }
 
-/// The e-tag `LocalFileSystem` reports for a file (checked against it in tests).
+/// The e-tag `LocalFileSystem` reports for a file, without the version
+/// (checked against it in tests).
 fn local_etag(metadata: &std::fs::Metadata) -> String {
     use std::os::unix::fs::MetadataExt;
     let mtime = metadata
@@ -127,6 +416,7 @@ fn create_with_tmpfile(
     object_path: &std::path::Path,
     payload: &PutPayload,
     location: &str,
+    hooks: &Hooks,
 ) -> Option<Result<PutResult>> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -158,6 +448,7 @@ fn create_with_tmpfile(
         for chunk in payload.iter() {
             file.write_all(chunk)?;
         }
+        hooks.before_sync(SyncWrite::Create, SyncPoint::File)?;
         file.sync_data()
     })();
     if let Err(e) = written {
@@ -185,11 +476,12 @@ fn create_with_tmpfile(
             _ => generic(e),
         }));
     }
-    let published = (|| {
-        std::fs::File::open(dir)?.sync_all()?;
-        std::fs::metadata(object_path)
-    })();
-    Some(match published {
+    if let Err(e) = sync_published(hooks, SyncWrite::Create, &file, dir, location) {
+        return Some(Err(e));
+    }
+    // The linked file's own metadata: the object's (nothing can replace a
+    // create-only object but an unconditional overwrite).
+    Some(match file.metadata() {
         Ok(metadata) => Ok(PutResult {
             e_tag: Some(local_etag(&metadata)),
             version: None,
@@ -219,12 +511,18 @@ fn create_dirs_durably(dir: &std::path::Path) -> std::io::Result<()> {
         at = d.parent();
     }
     std::fs::create_dir_all(dir)?;
-    for d in missing.iter().rev() {
-        if let Some(parent) = d.parent() {
-            std::fs::File::open(parent)?.sync_all()?;
+    let synced = missing.iter().rev().try_for_each(|d| match d.parent() {
+        Some(parent) => std::fs::File::open(parent)?.sync_all(),
+        None => Ok(()),
+    });
+    if synced.is_err() {
+        // Undo what can be undone (empty directories), so that a retry
+        // creates and syncs them again instead of finding them present.
+        for d in &missing {
+            let _ = std::fs::remove_dir(d);
         }
     }
-    Ok(())
+    synced
 }
 
 /// Compare-and-swap of one file under its lock (blocking).
@@ -233,23 +531,15 @@ fn replace_if_match(
     expected_tag: &str,
     payload: &PutPayload,
     location: &str,
+    hooks: &Hooks,
 ) -> Result<PutResult> {
-    let mut lock_path = object_path.as_os_str().to_owned();
-    lock_path.push("#0");
-    let lock = match OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-    {
-        Ok(lock) => lock,
+    let lock = match ObjectLock::open(object_path, true) {
+        Ok(Some(lock)) => lock,
         // No directory, so no object: the precondition cannot hold.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(precondition(location, "object does not exist".into()))
-        }
+        Ok(None) => return Err(precondition(location, "object does not exist".into())),
         Err(e) => return Err(generic(e)),
     };
-    lock.lock().map_err(generic)?;
+    lock.file.lock().map_err(generic)?;
     let current = match std::fs::metadata(object_path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -257,7 +547,8 @@ fn replace_if_match(
         }
         Err(e) => return Err(generic(e)),
     };
-    let current_tag = local_etag(&current);
+    let version = lock.version().map_err(generic)?;
+    let current_tag = versioned_etag(&local_etag(&current), version);
     if current_tag != expected_tag {
         return Err(precondition(
             location,
@@ -268,33 +559,45 @@ fn replace_if_match(
     let mut staging = object_path.as_os_str().to_owned();
     staging.push(format!("#9{}", std::process::id()));
     let staging = std::path::PathBuf::from(staging);
-    let result = (|| {
+    let staged = (|| -> std::io::Result<std::fs::File> {
         let mut file = std::fs::File::create(&staging)?;
         for chunk in payload.iter() {
             file.write_all(chunk)?;
         }
-        let previous = current.modified()?;
-        let mtime =
-            std::time::SystemTime::now().max(previous + std::time::Duration::from_micros(1));
-        file.set_modified(mtime)?;
+        hooks.before_sync(SyncWrite::Replace, SyncPoint::File)?;
         file.sync_all()?;
-        std::fs::rename(&staging, object_path)?;
-        if let Some(dir) = object_path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        std::fs::metadata(object_path)
+        Ok(file)
     })();
-    match result {
-        Ok(metadata) => Ok(PutResult {
-            e_tag: Some(local_etag(&metadata)),
-            version: None,
-            extensions: Default::default(),
-        }),
+    let file = match staged {
+        Ok(file) => file,
         Err(e) => {
+            // Nothing was published: the object is as it was.
             let _ = std::fs::remove_file(&staging);
-            Err(generic(e))
+            return Err(generic(e));
         }
+    };
+    // The version changes before the new file is published (readers hold
+    // the lock shared, so none sees the one without the other). If the
+    // rename then fails, the object is unchanged under a new version: a
+    // holder of its e-tag loses a compare-and-swap it could have won, never
+    // the other way round.
+    let published = lock
+        .set_version(version + 1)
+        .and_then(|()| std::fs::rename(&staging, object_path));
+    if let Err(e) = published {
+        let _ = std::fs::remove_file(&staging);
+        return Err(generic(e));
     }
+    let dir = object_path.parent().unwrap_or(std::path::Path::new("/"));
+    sync_published(hooks, SyncWrite::Replace, &file, dir, location)?;
+    // The published file's own metadata: the lock keeps every other
+    // conditional replace out, so it is the object's current version.
+    let metadata = file.metadata().map_err(generic)?;
+    Ok(PutResult {
+        e_tag: Some(versioned_etag(&local_etag(&metadata), version + 1)),
+        version: None,
+        extensions: Default::default(),
+    })
 }
 
 #[cfg(test)]
@@ -395,5 +698,341 @@ mod tests {
             missing,
             Err(object_store::Error::Precondition { .. })
         ));
+    }
+
+    fn update_on(tag: Option<String>) -> PutOptions {
+        PutOptions {
+            mode: PutMode::Update(UpdateVersion {
+                e_tag: tag,
+                version: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn create_only() -> PutOptions {
+        PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        }
+    }
+
+    /// Sets a file's mtime as a file system with coarse timestamps would
+    /// leave it: every version of the object gets the same one.
+    fn force_mtime(path: &std::path::Path) {
+        let file = OpenOptions::new().write(true).open(path).unwrap();
+        file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000))
+            .unwrap();
+    }
+
+    /// With a coarse clock every version has the same mtime, and a file
+    /// system that reuses inodes (ext4 hands a replaced file's inode to the
+    /// next one) gives a later version of the same size the inode of an
+    /// earlier one: the e-tag must still never repeat, and a compare-and-swap
+    /// on any earlier e-tag must fail.
+    #[tokio::test]
+    async fn e_tags_never_repeat_under_a_coarse_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let path = Path::from("shards/a/manifest");
+        let file = dir.path().join("shards/a/manifest");
+        store
+            .put_opts(&path, PutPayload::from_static(b"version-0"), create_only())
+            .await
+            .unwrap();
+        force_mtime(&file);
+        let mut tags = vec![store.head(&path).await.unwrap().e_tag];
+        for v in 1..=8 {
+            let current = tags.last().unwrap().clone();
+            let payload = PutPayload::from(format!("version-{v}").into_bytes());
+            let put = store
+                .put_opts(&path, payload, update_on(current))
+                .await
+                .unwrap();
+            assert_eq!(put.e_tag, store.head(&path).await.unwrap().e_tag);
+            force_mtime(&file);
+            let head = store.head(&path).await.unwrap();
+            let got = store.get(&path).await.unwrap();
+            assert_eq!(got.meta.e_tag, head.e_tag, "get and head agree");
+            assert!(
+                !tags.contains(&head.e_tag),
+                "version {v} repeats an e-tag: {tags:?}"
+            );
+            tags.push(head.e_tag);
+        }
+        for stale in &tags[..tags.len() - 1] {
+            let attempt = store
+                .put_opts(
+                    &path,
+                    PutPayload::from_static(b"stale"),
+                    update_on(stale.clone()),
+                )
+                .await;
+            assert!(
+                matches!(attempt, Err(object_store::Error::Precondition { .. })),
+                "a compare-and-swap on stale e-tag {stale:?} must fail: {attempt:?}"
+            );
+        }
+        let body = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&body[..], b"version-8");
+    }
+
+    /// A deleted and re-created object never repeats an e-tag of the object
+    /// it replaced, even with the same inode, size and (coarse) mtime.
+    #[tokio::test]
+    async fn a_recreated_object_does_not_repeat_an_old_e_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let path = Path::from("shards/a/manifest");
+        let file = dir.path().join("shards/a/manifest");
+        let first = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+        force_mtime(&file);
+        let old = store.head(&path).await.unwrap().e_tag;
+        let mut seen = vec![old.clone()];
+        for _ in 0..4 {
+            store.delete(&path).await.unwrap();
+            let created = store
+                .put_opts(&path, PutPayload::from_static(b"two"), create_only())
+                .await
+                .unwrap();
+            assert_eq!(created.e_tag, store.head(&path).await.unwrap().e_tag);
+            force_mtime(&file);
+            let tag = store.head(&path).await.unwrap().e_tag;
+            assert!(!seen.contains(&tag), "{tag:?} repeats one of {seen:?}");
+            seen.push(tag);
+        }
+        let stale = store
+            .put_opts(&path, PutPayload::from_static(b"x"), update_on(old))
+            .await;
+        assert!(matches!(
+            stale,
+            Err(object_store::Error::Precondition { .. })
+        ));
+    }
+
+    /// Conditional reads compare this store's e-tags (with the version).
+    #[tokio::test]
+    async fn conditional_gets_use_the_versioned_e_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let path = Path::from("shards/a/manifest");
+        let put = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        let tag = put.e_tag.unwrap();
+        assert!(tag.ends_with("-0\""), "{tag}");
+        let matching = object_store::GetOptions {
+            if_match: Some(tag.clone()),
+            ..Default::default()
+        };
+        assert!(store.get_opts(&path, matching).await.is_ok());
+        let unchanged = object_store::GetOptions {
+            if_none_match: Some(tag.clone()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.get_opts(&path, unchanged).await,
+            Err(object_store::Error::NotModified { .. })
+        ));
+        let stale = object_store::GetOptions {
+            if_match: Some("\"1-2-3-0\"".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.get_opts(&path, stale).await,
+            Err(object_store::Error::Precondition { .. })
+        ));
+    }
+
+    /// A staging file left by a crash (`<name>#9<pid>`), a partial file of
+    /// the fallback path (`<name>#1`) and an old lock file are never listed,
+    /// and neither a compare-and-swap nor a create-only put trips over them.
+    #[tokio::test]
+    async fn torn_staging_files_are_invisible_and_harmless() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let manifest = Path::from("shards/a/manifest");
+        let first = store
+            .put_opts(&manifest, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        let folder = dir.path().join("shards/a");
+        std::fs::create_dir_all(folder.join("wal")).unwrap();
+        std::fs::write(
+            folder.join(format!("manifest#9{}", std::process::id())),
+            b"torn",
+        )
+        .unwrap();
+        std::fs::write(folder.join("manifest#94242424"), b"torn by another process").unwrap();
+        std::fs::write(folder.join("wal/00000000000000000003#1"), b"partial").unwrap();
+        let listed: Vec<_> = futures::StreamExt::collect::<Vec<_>>(store.list(None)).await;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        let second = store
+            .put_opts(
+                &manifest,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+        store
+            .put_opts(
+                &manifest,
+                PutPayload::from_static(b"three"),
+                update_on(second.e_tag),
+            )
+            .await
+            .unwrap();
+        let wal = Path::from("shards/a/wal/00000000000000000003");
+        store
+            .put_opts(&wal, PutPayload::from_static(b"whole"), create_only())
+            .await
+            .unwrap();
+        assert_eq!(
+            &store.get(&wal).await.unwrap().bytes().await.unwrap()[..],
+            b"whole"
+        );
+        assert_eq!(
+            &store.get(&manifest).await.unwrap().bytes().await.unwrap()[..],
+            b"three"
+        );
+        let listed: Vec<_> = futures::StreamExt::collect::<Vec<_>>(store.list(None)).await;
+        assert_eq!(listed.len(), 2, "{listed:?}");
+    }
+
+    fn files_in(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A file fsync that fails before the new version is published leaves
+    /// the object as it was (no staging file left behind), and the write can
+    /// be tried again.
+    #[tokio::test]
+    async fn a_failed_fsync_before_publishing_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let faults = store.layer().fsync_faults().clone();
+        let path = Path::from("shards/a/manifest");
+        let first = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        faults.fail(SyncWrite::Replace, SyncPoint::File, 1, 1);
+        let failed = store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag.clone()),
+            )
+            .await;
+        assert!(failed.is_err());
+        assert!(!manifest_cas_is_durability_unknown(&failed));
+        assert_eq!(
+            &store.get(&path).await.unwrap().bytes().await.unwrap()[..],
+            b"one"
+        );
+        assert_eq!(
+            files_in(&dir.path().join("shards/a")),
+            ["manifest", "manifest#0"]
+        );
+        store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+
+        let wal = Path::from("shards/a/wal/00000000000000000000");
+        faults.fail(SyncWrite::Create, SyncPoint::File, 1, 1);
+        assert!(store
+            .put_opts(&wal, PutPayload::from_static(b"w"), create_only())
+            .await
+            .is_err());
+        assert!(matches!(
+            store.head(&wal).await,
+            Err(object_store::Error::NotFound { .. })
+        ));
+        store
+            .put_opts(&wal, PutPayload::from_static(b"w"), create_only())
+            .await
+            .unwrap();
+        assert_eq!(faults.injected(), 2);
+    }
+
+    fn manifest_cas_is_durability_unknown<T>(result: &Result<T>) -> bool {
+        result
+            .as_ref()
+            .err()
+            .is_some_and(strata_manifest::cas::is_durability_unknown)
+    }
+
+    /// After a published file's directory fsync fails, the store syncs the
+    /// file and the directory again: success answers Ok; a second failure
+    /// answers `DurabilityUnknown` (never a plain, retryable error, whose
+    /// retry would read the object back and call it written).
+    #[tokio::test]
+    async fn a_failed_directory_fsync_is_synced_again_or_durability_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = local_store(dir.path()).unwrap();
+        let faults = store.layer().fsync_faults().clone();
+        let wal = |slot: u64| Path::from(format!("shards/a/wal/{slot:020}"));
+
+        faults.fail(SyncWrite::Create, SyncPoint::Dir, 1, 1);
+        let once = store
+            .put_opts(&wal(0), PutPayload::from_static(b"a"), create_only())
+            .await;
+        assert!(once.is_ok(), "synced on the second try: {once:?}");
+
+        faults.fail(SyncWrite::Create, SyncPoint::Dir, 1, 2);
+        let twice = store
+            .put_opts(&wal(1), PutPayload::from_static(b"b"), create_only())
+            .await;
+        assert!(manifest_cas_is_durability_unknown(&twice), "{twice:?}");
+        assert!(faults.spent());
+
+        let path = Path::from("shards/a/manifest");
+        let first = store
+            .put_opts(&path, PutPayload::from_static(b"one"), create_only())
+            .await
+            .unwrap();
+        faults.fail(SyncWrite::Replace, SyncPoint::Dir, 1, 1);
+        let second = store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"two"),
+                update_on(first.e_tag),
+            )
+            .await
+            .unwrap();
+        assert_eq!(second.e_tag, store.head(&path).await.unwrap().e_tag);
+        faults.fail(SyncWrite::Replace, SyncPoint::Dir, 1, 2);
+        let unknown = store
+            .put_opts(
+                &path,
+                PutPayload::from_static(b"three"),
+                update_on(second.e_tag),
+            )
+            .await;
+        assert!(manifest_cas_is_durability_unknown(&unknown), "{unknown:?}");
+        assert!(faults.spent());
     }
 }

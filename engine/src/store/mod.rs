@@ -12,6 +12,8 @@
 //! per-call [`Latency`]. [`Stall`] freezes a store on demand (tests).
 
 mod counting;
+#[cfg(feature = "fault-hooks")]
+mod fsync_faults;
 mod latency;
 mod layer;
 mod local;
@@ -26,9 +28,11 @@ use object_store::prefix::PrefixStore;
 use object_store::{ClientOptions, ObjectStore};
 
 pub use counting::{RequestCounts, RequestTotals};
+#[cfg(feature = "fault-hooks")]
+pub use fsync_faults::FsyncFaults;
 pub use latency::Latency;
 pub use layer::{Layered, StoreLayer, StoreOp};
-pub use local::{local_store, LocalCas};
+pub use local::{local_store, LocalCas, SyncPoint, SyncWrite};
 pub use stall::Stall;
 
 #[derive(Debug, thiserror::Error)]
