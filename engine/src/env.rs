@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use object_store::ObjectStore;
+
+use crate::ids::InstanceId;
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
@@ -94,12 +96,67 @@ impl Entropy for SeededEntropy {
     }
 }
 
+/// A named place in the engine where a process may die with effects half
+/// done. The simulation aims crashes at these points (see [`CrashPoints`]);
+/// production never stops at one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CrashPoint {
+    /// A seal's segment is in the store; its index run is not.
+    SealAfterSegment,
+    /// A seal's index run is in the store; no manifest lists it.
+    SealAfterRun,
+    /// A seal's manifest landed; the owner has not swapped its tiers.
+    SealAfterManifest,
+    /// Part of a garbage collection batch is deleted, the rest is not.
+    GcMidBatch,
+    /// An opener's claim (epoch bump) landed; it has not walked the WAL.
+    OpenAfterClaim,
+    /// An opener walked part of the WAL.
+    OpenMidWalk,
+    /// An opener walked the WAL; its fence is not down.
+    OpenBeforeFence,
+}
+
+impl CrashPoint {
+    pub const ALL: [CrashPoint; 7] = [
+        CrashPoint::SealAfterSegment,
+        CrashPoint::SealAfterRun,
+        CrashPoint::SealAfterManifest,
+        CrashPoint::GcMidBatch,
+        CrashPoint::OpenAfterClaim,
+        CrashPoint::OpenMidWalk,
+        CrashPoint::OpenBeforeFence,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CrashPoint::SealAfterSegment => "seal: after the segment PUT",
+            CrashPoint::SealAfterRun => "seal: after the run PUT",
+            CrashPoint::SealAfterManifest => "seal: after the manifest CAS, before the swap",
+            CrashPoint::GcMidBatch => "gc: in the middle of a batch",
+            CrashPoint::OpenAfterClaim => "open: between claim and walk",
+            CrashPoint::OpenMidWalk => "open: during the WAL walk",
+            CrashPoint::OpenBeforeFence => "open: between walk and fence",
+        }
+    }
+}
+
+/// Decides whether the process of `instance` dies at a crash point. When it
+/// answers `true`, the engine task that reached the point never continues
+/// (it waits forever); the caller of [`CrashPoints`] is expected to stop the
+/// whole process (every task of that owner) soon after.
+pub trait CrashPoints: Send + Sync + 'static {
+    fn crash_here(&self, point: CrashPoint, instance: &InstanceId) -> bool;
+}
+
 /// The environment an engine runs in.
 #[derive(Clone)]
 pub struct EngineEnv {
     pub store: Arc<dyn ObjectStore>,
     pub clock: Arc<dyn Clock>,
     pub entropy: Arc<dyn Entropy>,
+    /// Where the simulation may stop a process (`None`: never).
+    pub crash_points: Option<Arc<dyn CrashPoints>>,
 }
 
 impl EngineEnv {
@@ -109,6 +166,17 @@ impl EngineEnv {
             store,
             clock: Arc::new(SystemClock),
             entropy: Arc::new(OsEntropy),
+            crash_points: None,
+        }
+    }
+
+    /// Passes crash point `point` for `instance`: returns at once unless
+    /// the simulation stops the process here.
+    pub(crate) async fn reach(&self, point: CrashPoint, instance: &InstanceId) {
+        if let Some(points) = &self.crash_points {
+            if points.crash_here(point, instance) {
+                std::future::pending::<()>().await;
+            }
         }
     }
 }

@@ -21,7 +21,10 @@ pub mod shard;
 pub mod sim;
 pub mod store;
 
-pub use env::{Clock, EngineEnv, Entropy, OsEntropy, SeededEntropy, SystemClock, TokioClock};
+pub use env::{
+    Clock, CrashPoint, CrashPoints, EngineEnv, Entropy, OsEntropy, SeededEntropy, SystemClock,
+    TokioClock,
+};
 pub use error::EngineError;
 pub use ids::{stream_id, InstanceId, ShardName, StreamRef};
 pub use shard::{

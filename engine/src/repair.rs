@@ -31,7 +31,8 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use serde::Serialize;
 use strata_manifest::index_run::IndexRun;
 use strata_manifest::{
-    add_window, IndexRunRef, Manifest, ReplayPoint, SegmentRef, SlotRange, WriterIdentity,
+    add_window, CasError, CasObject, IndexRunRef, Manifest, ManifestCodec, ReplayPoint, SegmentRef,
+    SlotRange, WriterIdentity,
 };
 
 use crate::env::EngineEnv;
@@ -42,7 +43,8 @@ use crate::ops::{segment_table, FindingKind, RecordRange, SegmentTable};
 use crate::shard::io::put_immutable;
 use crate::shard::sealed::{apply_run, run_entry};
 use crate::shard::{
-    history, inspect_log_at, inspect_log_from, LogView, Shard, ShardConfig, StreamTable,
+    history, inspect_log_at, inspect_log_from, LogView, Shard, ShardConfig, StreamStatus,
+    StreamTable,
 };
 
 /// How a repair may proceed.
@@ -57,6 +59,11 @@ pub struct RepairOptions {
     pub dry_run: bool,
     /// A shard written within this long is presumed to have a live owner.
     pub live_window: Duration,
+    /// With `force` (and not `dry_run`), how long to wait after fencing a
+    /// live owner before reading the store: a garbage collection batch that
+    /// confirmed its ownership just before the fence finishes meanwhile, so
+    /// the evidence the repair decides on no longer changes under it.
+    pub quiesce: Duration,
 }
 
 /// One stream's next offset after the repair.
@@ -81,11 +88,24 @@ pub struct RepairReport {
     pub quarantined: Vec<String>,
     /// Records present in the store that this repair would leave unreachable.
     pub lost: Vec<RecordRange>,
+    /// Acknowledged changes without records (closes, deletes, creations,
+    /// producer and `Stream-Seq` state) the current manifest's log holds and
+    /// this repair would undo.
+    pub lost_changes: Vec<LostChange>,
     /// Records already lost to damage no repair can undo (corrupt or missing
     /// chunks, WAL objects stranded after a missing one), whatever is done.
     pub unrecoverable: Vec<RecordRange>,
     pub streams: Vec<StreamAfter>,
     pub outcome: RepairOutcome,
+}
+
+/// An acknowledged change a repair would undo.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LostChange {
+    /// `None`: a change to any stream.
+    pub stream_id: Option<String>,
+    pub incarnation: u64,
+    pub change: String,
 }
 
 /// Where a repair's manifest came from.
@@ -166,6 +186,12 @@ struct Evidence {
     current: Option<CurrentManifest>,
     current_view: Option<Result<LogView, EngineError>>,
     physical: BTreeMap<Incarnation, u64>,
+    /// Every WAL slot that holds an object (`None`: no WAL object).
+    wal: Option<SlotRange>,
+    /// The replay slot of the current manifest (or, when it does not decode,
+    /// of the newest retained version that does): WAL objects below it may
+    /// have been collected, so a candidate must walk at least to it.
+    replay_floor: Option<u64>,
 }
 
 async fn gather(env: &EngineEnv, layout: &ShardLayout) -> Result<Evidence, EngineError> {
@@ -191,11 +217,82 @@ async fn gather(env: &EngineEnv, layout: &ShardLayout) -> Result<Evidence, Engin
             *end = (*end).max(s.tail.next_offset);
         }
     }
+    let wal = listed_wal_range(store, layout).await?;
+    let replay_floor = match current.as_ref().and_then(|c| c.value.as_ref()) {
+        Some(m) => Some(m.replay.slot),
+        None => newest_retained_replay(store, layout).await?,
+    };
     Ok(Evidence {
         current,
         current_view,
         physical,
+        wal,
+        replay_floor,
     })
+}
+
+/// With `force`, fences a live owner before the repair reads anything: the
+/// manifest is claimed as it stands (its content unchanged, the writer this
+/// repair at the next epoch), so the owner's next manifest write fails and
+/// its garbage collection, which confirms ownership before every batch,
+/// deletes nothing more once a batch in flight has finished (`quiesce`).
+/// Without it, a live owner could collect WAL objects between the repair's
+/// reading of the store and its writing of a manifest that needs them. An
+/// undecodable or missing manifest needs no claim: no owner can confirm
+/// ownership against it.
+async fn fence_live_owner(
+    env: &EngineEnv,
+    layout: &ShardLayout,
+    instance: InstanceId,
+    options: RepairOptions,
+) -> Result<(), RepairError> {
+    if !options.force || options.dry_run {
+        return Ok(());
+    }
+    let cas = CasObject::<ManifestCodec>::new(
+        env.store.clone(),
+        layout.manifest(),
+        ShardConfig::default().store_retry,
+    );
+    let current = match cas.load().await {
+        Ok(Some(current)) => current,
+        Ok(None) | Err(CasError::Corrupt { .. }) => return Ok(()),
+        Err(e) => {
+            return Err(RepairError::Engine(EngineError::Store {
+                reason: e.to_string(),
+            }))
+        }
+    };
+    let writer = WriterIdentity {
+        instance: instance.0,
+        epoch: current.value.writer.epoch + 1,
+        write_id: env.entropy.bytes16(),
+    };
+    match cas.replace(&current, current.value.successor(writer)).await {
+        Ok(_) => {}
+        Err(CasError::Conflict { .. }) => return Err(RepairError::ManifestChanged),
+        Err(e) => {
+            return Err(RepairError::Engine(EngineError::Store {
+                reason: e.to_string(),
+            }))
+        }
+    }
+    tracing::info!(shard = %layout.shard(), epoch = writer.epoch, "repair fenced the shard's owner");
+    tokio::time::sleep(options.quiesce).await;
+    Ok(())
+}
+
+/// The replay slot of the newest retained version that decodes.
+async fn newest_retained_replay(
+    store: &Arc<dyn ObjectStore>,
+    layout: &ShardLayout,
+) -> Result<Option<u64>, EngineError> {
+    for version in retained_versions(store, layout).await? {
+        if let Ok(Some(m)) = history::load(store, layout, version).await {
+            return Ok(Some(m.replay.slot));
+        }
+    }
+    Ok(None)
 }
 
 /// Retained versions, newest first.
@@ -225,6 +322,7 @@ pub async fn rollback(
     options: RepairOptions,
 ) -> Result<RepairReport, RepairError> {
     let layout = ShardLayout::new(shard.clone());
+    fence_live_owner(env, &layout, instance, options).await?;
     let target = history::load(&env.store, &layout, version)
         .await?
         .ok_or(RepairError::VersionNotRetained { version })?;
@@ -237,6 +335,9 @@ pub async fn rollback(
     .await
     .map_err(|e| RepairError::NoUsableVersion {
         reason: format!("version {version} cannot be opened: {e}"),
+    })?;
+    whole(&view).map_err(|why| RepairError::NoUsableVersion {
+        reason: format!("version {version}: {why}"),
     })?;
     missing_segments(&env.store, &layout, &target)
         .await?
@@ -251,6 +352,7 @@ pub async fn rollback(
         view,
         lost_records: 0,
         new_run: None,
+        unverified: Vec::new(),
     };
     let evidence = gather(env, &layout).await?;
     restore(
@@ -277,6 +379,7 @@ pub async fn recover(
 ) -> Result<RepairReport, RepairError> {
     let store = &env.store;
     let layout = ShardLayout::new(shard.clone());
+    fence_live_owner(env, &layout, instance, options).await?;
     let unrecoverable = unrecoverable_records(env, shard).await?;
     let evidence = gather(env, &layout).await?;
     let mut damaged: Vec<Path> = Vec::new();
@@ -295,6 +398,7 @@ pub async fn recover(
                     reopened_epoch: None,
                     quarantined: Vec::new(),
                     lost: Vec::new(),
+                    lost_changes: Vec::new(),
                     unrecoverable: from_recovered(unrecoverable, &view.streams),
                     streams: streams_after(&view.streams),
                     outcome: RepairOutcome::Refused(
@@ -310,7 +414,6 @@ pub async fn recover(
             }
         }
     }
-    let physical = &evidence.physical;
     let mut best: Option<Candidate> = None;
     let mut reasons = Vec::new();
     for version in retained_versions(store, &layout).await? {
@@ -344,16 +447,18 @@ pub async fn recover(
                 continue;
             }
         };
-        let lost: u64 = lost_ranges(&view.streams, physical)
-            .iter()
-            .map(|l| l.to - l.from)
-            .sum();
+        if let Err(why) = whole(&view) {
+            reasons.push(format!("version {version}: {why}"));
+            continue;
+        }
+        let lost = loss_count(&view, &evidence);
         let candidate = Candidate {
             source: RestoreSource::History(version),
             manifest: target,
             view,
             lost_records: lost,
             new_run: None,
+            unverified: Vec::new(),
         };
         if lost == 0 {
             best = Some(candidate);
@@ -367,10 +472,8 @@ pub async fn recover(
     if best.as_ref().is_none_or(|b| b.lost_records > 0) {
         match rebuilt_candidate(env, &layout, &mut damaged).await? {
             Ok(mut rebuilt) => {
-                rebuilt.lost_records = lost_ranges(&rebuilt.view.streams, physical)
-                    .iter()
-                    .map(|l| l.to - l.from)
-                    .sum();
+                rebuilt.lost_records =
+                    loss_count(&rebuilt.view, &evidence) + rebuilt.unverified.len() as u64;
                 if best
                     .as_ref()
                     .is_none_or(|b| rebuilt.lost_records < b.lost_records)
@@ -434,6 +537,9 @@ struct Candidate {
     view: LogView,
     lost_records: u64,
     new_run: Option<NewRun>,
+    /// What the candidate cannot vouch for (a rebuild that skipped runs
+    /// that do not decode: the state only they held is gone).
+    unverified: Vec<LostChange>,
 }
 
 struct NewRun {
@@ -466,6 +572,7 @@ async fn rebuilt_candidate(
     runs.sort_by_key(|(id, _)| *id);
     let mut table = StreamTable::default();
     let mut newest: Option<(ObjectId, u64)> = None;
+    let mut undecodable: Vec<Path> = Vec::new();
     for (id, path) in runs {
         let bytes = store
             .get(&path)
@@ -477,6 +584,7 @@ async fn rebuilt_candidate(
         let run = match strata_manifest::index_run::decode(&bytes) {
             Ok(run) => run,
             Err(_) => {
+                undecodable.push(path.clone());
                 if !damaged.contains(&path) {
                     damaged.push(path);
                 }
@@ -569,15 +677,24 @@ async fn rebuilt_candidate(
         Ok(view) => view,
         Err(e) => return Ok(Err(format!("the rebuilt state does not open: {e}"))),
     };
-    for s in view.streams.streams.values() {
-        if let Err(why) = crate::ops::check_stream_offsets(s) {
-            return Ok(Err(format!("stream {}: {why}", hex(&s.tail.stream.id))));
-        }
+    if let Err(why) = whole(&view) {
+        return Ok(Err(why));
     }
+    let unverified = undecodable
+        .iter()
+        .map(|path| LostChange {
+            stream_id: None,
+            incarnation: 0,
+            change: format!(
+                "{path} does not decode: the rebuilt state lacks what only it held (streams, closes, deletes, producer states)"
+            ),
+        })
+        .collect();
     Ok(Ok(Candidate {
         source: RestoreSource::Rebuilt,
         manifest,
         view,
+        unverified,
         lost_records: 0,
         new_run: Some(NewRun {
             path: layout.index_run(run_id),
@@ -597,6 +714,19 @@ async fn restore(
     instance: InstanceId,
     options: RepairOptions,
 ) -> Result<RepairReport, RepairError> {
+    tracing::debug!(
+        shard = %layout.shard(),
+        source = ?candidate.source,
+        replay = ?candidate.manifest.replay,
+        end_slot = candidate.view.end_slot,
+        tombstones = candidate.view.tombstones_walked,
+        streams = candidate.view.streams.streams.len(),
+        replay_floor = ?evidence.replay_floor,
+        wal = ?evidence.wal,
+        "restoring"
+    );
+    let mut lost_changes = changes_lost(&candidate.view, &evidence);
+    lost_changes.extend(candidate.unverified.iter().cloned());
     let Evidence {
         current, physical, ..
     } = evidence;
@@ -616,6 +746,7 @@ async fn restore(
         reopened_epoch: None,
         quarantined: Vec::new(),
         lost: lost.clone(),
+        lost_changes: lost_changes.clone(),
         unrecoverable: Vec::new(),
         streams: streams_after(&view.streams),
         outcome: RepairOutcome::Done,
@@ -623,6 +754,12 @@ async fn restore(
     if !lost.is_empty() && !options.accept_loss {
         report.outcome = RepairOutcome::Refused(
             "records would become unreachable (pass --accept-loss to proceed)".into(),
+        );
+        return Ok(report);
+    }
+    if !lost_changes.is_empty() && !options.accept_loss {
+        report.outcome = RepairOutcome::Refused(
+            "acknowledged closes, deletes or producer states would be undone (pass --accept-loss to proceed)".into(),
         );
         return Ok(report);
     }
@@ -750,6 +887,16 @@ async fn restore(
     Ok(report)
 }
 
+/// Whether every live stream of `view` holds each of its records exactly
+/// once, from offset 0 to its tail (sealed chunks, then unsealed pages).
+fn whole(view: &LogView) -> Result<(), String> {
+    for s in view.streams.streams.values() {
+        crate::ops::check_stream_offsets(s)
+            .map_err(|why| format!("stream {}: {why}", hex(&s.tail.stream.id)))?;
+    }
+    Ok(())
+}
+
 /// Streams' next offsets as a view recovers them, sorted by stream id.
 fn streams_after(table: &StreamTable) -> Vec<StreamAfter> {
     let mut out: Vec<StreamAfter> = table
@@ -770,6 +917,119 @@ fn streams_after(table: &StreamTable) -> Vec<StreamAfter> {
 }
 
 type Incarnation = ([u8; 16], u64);
+
+/// What choosing a candidate that recovers `table` loses: records, plus one
+/// per undone change (when the current manifest's log can be read).
+fn loss_count(view: &LogView, evidence: &Evidence) -> u64 {
+    let records: u64 = lost_ranges(&view.streams, &evidence.physical)
+        .iter()
+        .map(|l| l.to - l.from)
+        .sum();
+    records + changes_lost(view, evidence).len() as u64
+}
+
+/// The changes a candidate recovering `view` would undo: compared with
+/// the current manifest's log when it can be read; and, whatever else is
+/// known, the WAL objects the candidate's walk cannot reach (a gap before
+/// them: what they held, garbage collected or damaged, is beyond its reach).
+fn changes_lost(view: &LogView, evidence: &Evidence) -> Vec<LostChange> {
+    let mut out = match &evidence.current_view {
+        Some(Ok(current)) => lost_changes(&view.streams, &current.streams),
+        _ => Vec::new(),
+    };
+    if view.tombstones_walked > 0 {
+        out.push(LostChange {
+            stream_id: None,
+            incarnation: 0,
+            change: format!(
+                "the restored log passes {} WAL objects garbage collection replaced with tombstones: the closes, deletes and producer states they held cannot be verified",
+                view.tombstones_walked
+            ),
+        });
+    }
+    if let Some(floor) = evidence.replay_floor.filter(|f| view.end_slot < *f) {
+        out.push(LostChange {
+            stream_id: None,
+            incarnation: 0,
+            change: format!(
+                "the restored log ends at WAL slot {} below the replay point {floor} the shard had reached: the WAL objects in between were collected, and the closes, deletes and producer states sealed from them cannot be verified",
+                view.end_slot
+            ),
+        });
+    } else if let Some(wal) = evidence.wal {
+        if wal.end > view.end_slot {
+            out.push(LostChange {
+                stream_id: None,
+                incarnation: 0,
+                change: format!(
+                    "the restored log ends at WAL slot {} but the store holds WAL objects up to slot {}: the closes, deletes and producer states sealed from the objects in between cannot be verified",
+                    view.end_slot,
+                    wal.end - 1
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// The acknowledged changes `current` (what the current manifest and its log
+/// recover) holds that `candidate` does not: a newer incarnation's creation,
+/// a delete, a close, a producer's progress, a `Stream-Seq`. Records are
+/// compared separately ([`lost_ranges`]).
+fn lost_changes(candidate: &StreamTable, current: &StreamTable) -> Vec<LostChange> {
+    let mut out = Vec::new();
+    let mut ids: Vec<&[u8; 16]> = current.streams.keys().collect();
+    ids.sort();
+    for id in ids {
+        let now = &current.streams[id].tail;
+        let change = |what: String| LostChange {
+            stream_id: Some(hex(id)),
+            incarnation: now.stream.incarnation,
+            change: what,
+        };
+        let Some(then) = candidate.streams.get(id).map(|s| &s.tail) else {
+            out.push(change("its creation would be undone".into()));
+            continue;
+        };
+        if then.stream.incarnation < now.stream.incarnation {
+            out.push(change(format!(
+                "incarnation {} would replace it",
+                then.stream.incarnation
+            )));
+            continue;
+        }
+        if then.stream.incarnation > now.stream.incarnation {
+            continue;
+        }
+        match (now.status, then.status) {
+            (StreamStatus::Deleted, StreamStatus::Deleted) => continue,
+            (StreamStatus::Deleted, _) => {
+                out.push(change("its delete would be undone".into()));
+                continue;
+            }
+            (StreamStatus::Closed, StreamStatus::Open) => {
+                out.push(change("its close would be undone".into()))
+            }
+            _ => {}
+        }
+        for (producer, state) in &now.producers {
+            let behind = then
+                .producers
+                .get(producer)
+                .is_none_or(|t| (t.epoch, t.seq) < (state.epoch, state.seq));
+            if behind {
+                out.push(change(format!(
+                    "producer {producer:?} would go back from epoch {} sequence {}",
+                    state.epoch, state.seq
+                )));
+            }
+        }
+        if now.stream_seq.is_some() && then.stream_seq < now.stream_seq {
+            out.push(change("its last Stream-Seq would be undone".into()));
+        }
+    }
+    out
+}
 
 /// Records physically present beyond what `table` recovers.
 fn lost_ranges(table: &StreamTable, physical: &BTreeMap<Incarnation, u64>) -> Vec<RecordRange> {

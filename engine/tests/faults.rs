@@ -252,6 +252,7 @@ async fn an_owner_replaced_by_a_rollback_deletes_nothing_when_its_grace_ends() {
             accept_loss: true,
             dry_run: false,
             live_window: Duration::from_secs(60),
+            quiesce: Duration::from_secs(1),
         },
     )
     .await
@@ -373,6 +374,65 @@ async fn requests_in_flight_at_a_fence_are_outcome_unknown_unless_after_it() {
     assert_eq!(first, Err(EngineError::OutcomeUnknown));
     assert_eq!(a.status(), ShardStatus::Fenced);
     assert_eq!(read_all(&b).await, ["stored"]);
+}
+
+/// A fenced owner still shuts down when asked: its actor stops (nothing is
+/// left to flush) instead of waiting for commands forever.
+#[tokio::test]
+async fn a_fenced_owner_shuts_down() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = open(&store, 1, manual()).await;
+    a.create_stream(STREAM, &cipher()).await.unwrap();
+    let _b = open(&store, 2, manual()).await;
+    assert_eq!(append(&a, &["late"]).await, Err(EngineError::Fenced));
+    assert_eq!(a.status(), ShardStatus::Fenced);
+    tokio::time::timeout(Duration::from_secs(10), a.shutdown())
+        .await
+        .expect("the fenced owner's shutdown returns");
+}
+
+/// While switched on, every store call fails.
+#[derive(Debug, Default)]
+struct Outage {
+    on: AtomicBool,
+}
+
+#[async_trait]
+impl StoreLayer for Outage {
+    async fn before(
+        &self,
+        _op: strata_engine::store::StoreOp,
+        _location: Option<&Path>,
+    ) -> object_store::Result<()> {
+        if self.on.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "Outage",
+                source: "the store is out".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// An owner re-opening through a store outage still shuts down when asked,
+/// within one back-off, instead of retrying the store forever.
+#[tokio::test(start_paused = true)]
+async fn an_owner_reopening_through_an_outage_shuts_down() {
+    let layered = Layered::new(Arc::new(InMemory::new()), Outage::default());
+    let outage = layered.layer().clone();
+    let store: Arc<dyn ObjectStore> = Arc::new(layered);
+    let shard = open(&store, 1, manual()).await;
+    shard.create_stream(STREAM, &cipher()).await.unwrap();
+    outage.on.store(true, Ordering::SeqCst);
+    assert_eq!(
+        append(&shard, &["lost"]).await,
+        Err(EngineError::OutcomeUnknown)
+    );
+    assert_eq!(shard.status(), ShardStatus::Recovering);
+    tokio::time::timeout(Duration::from_secs(10), shard.shutdown())
+        .await
+        .expect("the shutdown of a re-opening owner returns");
+    assert_eq!(shard.status(), ShardStatus::Stopped);
 }
 
 // ------------------------------------------------------ entries without pages

@@ -1,11 +1,17 @@
 //! Runs the deterministic simulation over many seeds.
 //!
 //! * `cargo test -p strata-engine --release --test sim` runs `SIM_SEEDS` seeds
-//!   (default 500) starting at `SIM_SEED_START` (default 0).
+//!   (default 500) starting at `SIM_SEED_START` (default 0), and prints what
+//!   they did, with a table of how often each crash point was reached and
+//!   crashed at.
 //! * `SIM_SEED=<n>` runs exactly one seed, e.g. the one a failure printed.
 //! * `SIM_LOG=debug` (any tracing filter) prints the engine's log while it runs.
 
-use strata_engine::sim::{run_seed, SimConfig, SimFailure, SimReport};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use strata_engine::sim::{run_seed, PointCount, SimConfig, SimFailure, SimReport};
+use strata_engine::CrashPoint;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -26,6 +32,36 @@ fn run(seed: u64, config: &SimConfig) -> Result<SimReport, SimFailure> {
         .block_on(run_seed(seed, config))
 }
 
+/// Sums of every seed's report.
+#[derive(Default)]
+struct Totals {
+    report: SimReport,
+    coverage: BTreeMap<CrashPoint, PointCount>,
+    /// Seeds that reached / crashed at each point.
+    seeds_reaching: BTreeMap<CrashPoint, (u64, u64)>,
+}
+
+impl Totals {
+    fn add(&mut self, r: &SimReport) {
+        let t = &mut self.report;
+        t.workload.add(&r.workload);
+        t.faults.add(&r.faults);
+        t.crashes += r.crashes;
+        t.point_crashes += r.point_crashes;
+        t.takeovers += r.takeovers;
+        t.checks += r.checks;
+        t.deletes += r.deletes;
+        for (point, count) in &r.coverage {
+            let total = self.coverage.entry(*point).or_default();
+            total.reached += count.reached;
+            total.crashed += count.crashed;
+            let seeds = self.seeds_reaching.entry(*point).or_default();
+            seeds.0 += u64::from(count.reached > 0);
+            seeds.1 += u64::from(count.crashed > 0);
+        }
+    }
+}
+
 #[test]
 fn simulation_seeds() {
     let config = SimConfig::default();
@@ -37,42 +73,62 @@ fn simulation_seeds() {
             (start..start + count).collect()
         }
     };
-    let mut totals = SimReport::default();
+    let started = Instant::now();
+    let mut totals = Totals::default();
     for &seed in &seeds {
         match run(seed, &config) {
-            Ok(report) => {
-                totals.acked_appends += report.acked_appends;
-                totals.failed_appends += report.failed_appends;
-                totals.acked_records += report.acked_records;
-                totals.crashes += report.crashes;
-                totals.takeovers += report.takeovers;
-                totals.checks += report.checks;
-                totals.faults.failed_calls += report.faults.failed_calls;
-                totals.faults.ambiguous_puts += report.faults.ambiguous_puts;
-                totals.faults.puts += report.faults.puts;
-            }
+            Ok(report) => totals.add(&report),
             Err(failure) => panic!("{failure}"),
         }
     }
+    let elapsed = started.elapsed().as_secs_f64();
+    let t = &totals.report;
     println!(
-        "{} seeds: {} appends acknowledged ({} records), {} failed; {} crashes, {} takeovers, {} checks; {} puts, {} injected failures, {} ambiguous puts",
+        "{} seeds ({}..{}) in {elapsed:.1} s ({:.1} seeds/s)",
         seeds.len(),
-        totals.acked_appends,
-        totals.acked_records,
-        totals.failed_appends,
-        totals.crashes,
-        totals.takeovers,
-        totals.checks,
-        totals.faults.puts,
-        totals.faults.failed_calls,
-        totals.faults.ambiguous_puts
+        seeds.first().copied().unwrap_or(0),
+        seeds.last().map_or(0, |s| s + 1),
+        seeds.len() as f64 / elapsed.max(1e-9)
     );
-    // The run must exercise what it claims to: acknowledged writes, failures and
-    // ownership changes all happen across the seeds.
+    println!("workload: {:?}", t.workload);
+    println!(
+        "owners: {} crashes at steps, {} at crash points, {} takeovers, {} checks, {} audited deletes",
+        t.crashes, t.point_crashes, t.takeovers, t.checks, t.deletes
+    );
+    println!("faults: {:?}", t.faults);
+    println!("| crash point | reached | crashed | seeds reaching | seeds crashing |");
+    println!("|---|---|---|---|---|");
+    for point in CrashPoint::ALL {
+        let count = totals.coverage.get(&point).copied().unwrap_or_default();
+        let seeds = totals
+            .seeds_reaching
+            .get(&point)
+            .copied()
+            .unwrap_or_default();
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            point.name(),
+            count.reached,
+            count.crashed,
+            seeds.0,
+            seeds.1
+        );
+    }
+    // The run must exercise what it claims to.
     if seeds.len() >= 50 {
-        assert!(totals.acked_appends > 0 && totals.failed_appends > 0);
-        assert!(totals.crashes > 0 && totals.takeovers > 0);
-        assert!(totals.faults.ambiguous_puts > 0);
+        let w = &t.workload;
+        assert!(w.acked_appends > 0 && w.refused_appends > 0 && w.unknown_appends > 0);
+        assert!(w.producer_duplicates > 0 && w.stream_seq_appends > 0);
+        assert!(w.deletes > 0 && w.closes > 0 && w.seals > 0 && w.shutdowns > 0);
+        assert!(w.rollbacks + w.recoveries > 0);
+        assert!(t.crashes > 0 && t.point_crashes > 0 && t.takeovers > 0);
+        assert!(t.faults.ambiguous_puts > 0 && t.faults.late_puts > 0);
+        assert!(t.faults.fragile_puts > 0 && t.faults.stale_lists > 0);
+        assert!(t.faults.late_deletes > 0 && t.faults.ambiguous_deletes > 0);
+        for point in CrashPoint::ALL {
+            let count = totals.coverage.get(&point).copied().unwrap_or_default();
+            assert!(count.crashed > 0, "no seed crashed at {}", point.name());
+        }
     }
 }
 

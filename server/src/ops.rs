@@ -126,6 +126,10 @@ pub struct RepairArgs {
     pub live_window_s: u64,
 }
 
+/// With `--force`, how long a repair waits after fencing a live owner before
+/// it reads the store (a garbage collection batch in flight finishes).
+const REPAIR_QUIESCE: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl RepairArgs {
     fn options(&self) -> RepairOptions {
         RepairOptions {
@@ -133,6 +137,7 @@ impl RepairArgs {
             accept_loss: self.accept_loss,
             dry_run: self.dry_run,
             live_window: std::time::Duration::from_secs(self.live_window_s),
+            quiesce: REPAIR_QUIESCE,
         }
     }
 }

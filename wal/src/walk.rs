@@ -63,6 +63,16 @@ impl LogWalk {
         Admission::Apply
     }
 
+    /// Whether `header` is a tombstone: the fence garbage collection writes
+    /// over a collected WAL object inside a fence window (its previous slot
+    /// is none). An opener's fence names the chain end it fenced, which is
+    /// none only before the shard's first object; so a fence without a
+    /// previous slot met after the chain started replaced something, and a
+    /// walk that passes it has lost what was there.
+    pub fn is_tombstone(&self, header: &WalHeader) -> bool {
+        header.kind == ObjectKind::Fence && header.prev_slot == NO_SLOT && self.chain_end != NO_SLOT
+    }
+
     /// The highest epoch admitted so far.
     pub fn epoch_floor(&self) -> u64 {
         self.epoch_floor

@@ -370,6 +370,11 @@ impl Actor {
 
     fn on_command(&mut self, command: Command) {
         if self.fenced {
+            // A fenced owner still stops when asked (it has nothing to flush).
+            if let Command::Shutdown { reply } = command {
+                self.shutdown_reply = Some(reply);
+                return self.stop_receiving();
+            }
             return reject(command, EngineError::Fenced);
         }
         match command {
@@ -995,7 +1000,11 @@ impl Actor {
             match recovery::reclaim(&self.ctx, self.epoch).await {
                 Ok(claimed) => break claimed,
                 Err(EngineError::Fenced) => return self.become_fenced(None),
-                Err(error) => self.back_off(&mut attempt, &error).await,
+                Err(error) => {
+                    if !self.back_off(&mut attempt, &error).await {
+                        return self.stop_reopening();
+                    }
+                }
             }
         };
         self.manifest = claimed.clone();
@@ -1007,12 +1016,26 @@ impl Actor {
                     return;
                 }
                 Err(EngineError::Fenced) => return self.become_fenced(None),
-                Err(error) => self.back_off(&mut attempt, &error).await,
+                Err(error) => {
+                    if !self.back_off(&mut attempt, &error).await {
+                        return self.stop_reopening();
+                    }
+                }
             }
         }
     }
 
-    async fn back_off(&self, attempt: &mut u32, error: &EngineError) {
+    /// A shutdown asked while re-opening: the shard stops without the store
+    /// (nothing is staged; the next owner recovers from the store alone).
+    fn stop_reopening(&mut self) {
+        tracing::warn!(shard = %self.ctx.layout.shard(), "shutdown while re-opening: stopping without the store");
+        self.shared.status.send_replace(ShardStatus::Stopped);
+    }
+
+    /// Waits before the next re-open attempt; false once a shutdown was
+    /// asked meanwhile (commands that reached the queue before the shard
+    /// started re-opening are refused: it is not taking any).
+    async fn back_off(&mut self, attempt: &mut u32, error: &EngineError) -> bool {
         let wait = self
             .ctx
             .config
@@ -1022,6 +1045,23 @@ impl Actor {
         tracing::warn!(shard = %self.ctx.layout.shard(), %error, ?wait, "re-open failed; retrying");
         tokio::time::sleep(wait).await;
         *attempt = attempt.saturating_add(1);
+        while self.receiving {
+            match self.rx.try_recv() {
+                Ok(Command::Shutdown { reply }) => {
+                    self.shutdown_reply = Some(reply);
+                    self.stop_receiving();
+                }
+                Ok(other) => reject(
+                    other,
+                    EngineError::Unavailable {
+                        reason: "shard is re-opening after a store failure".into(),
+                    },
+                ),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.stop_receiving(),
+            }
+        }
+        self.receiving
     }
 
     /// Adopts a freshly opened shard: its manifest, epoch, slots and state.

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::io::{delete_object, overwrite_object};
 use super::ShardCtx;
+use crate::env::CrashPoint;
 use crate::error::EngineError;
 use crate::layout::{ImmutableKind, ObjectId};
 use strata_manifest::Manifest;
@@ -239,13 +240,34 @@ pub(crate) async fn collect(ctx: Arc<ShardCtx>, batch: Vec<Garbage>, epoch: u64)
             };
         }
     }
-    let work: Vec<(usize, Job)> = batch
+    let mut work: Vec<(usize, Job)> = batch
         .iter()
         .enumerate()
         .flat_map(|(i, g)| jobs(&ctx, g).into_iter().map(move |j| (i, j)))
         .collect();
-    let ctx = &ctx;
-    let results: Vec<(usize, bool)> = futures::stream::iter(work)
+    // Two halves, so a simulated crash can stop a batch half done.
+    let second = work.split_off(work.len() / 2);
+    let mut results = run_jobs(&ctx, work).await;
+    if !second.is_empty() && !results.is_empty() {
+        ctx.env.reach(CrashPoint::GcMidBatch, &ctx.instance).await;
+    }
+    results.extend(run_jobs(&ctx, second).await);
+    let failed_items: HashSet<usize> = results.iter().filter(|r| !r.1).map(|r| r.0).collect();
+    let deleted = results.iter().filter(|r| r.1).count() as u64;
+    // A WAL range with one failure is queued again whole (deletes are idempotent).
+    let failed = batch
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| failed_items.contains(i))
+        .map(|(_, g)| g)
+        .collect();
+    GcOutcome::Collected { failed, deleted }
+}
+
+/// Runs jobs, at most [`GC_DELETES_PARALLEL`] at once; whether each of
+/// them (by its garbage item's index) succeeded.
+async fn run_jobs(ctx: &ShardCtx, work: Vec<(usize, Job)>) -> Vec<(usize, bool)> {
+    futures::stream::iter(work)
         .map(|(i, job)| async move {
             let ok = match run_job(ctx, job).await {
                 Ok(()) => true,
@@ -258,17 +280,7 @@ pub(crate) async fn collect(ctx: Arc<ShardCtx>, batch: Vec<Garbage>, epoch: u64)
         })
         .buffer_unordered(GC_DELETES_PARALLEL)
         .collect()
-        .await;
-    let failed_items: HashSet<usize> = results.iter().filter(|r| !r.1).map(|r| r.0).collect();
-    let deleted = results.iter().filter(|r| r.1).count() as u64;
-    // A WAL range with one failure is queued again whole (deletes are idempotent).
-    let failed = batch
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| failed_items.contains(i))
-        .map(|(_, g)| g)
-        .collect();
-    GcOutcome::Collected { failed, deleted }
+        .await
 }
 
 /// Lists the shard's folders and returns what `manifest` (claimed at `epoch`)

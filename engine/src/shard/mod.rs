@@ -476,6 +476,12 @@ impl Shard {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether a read in progress holds segment `id` (garbage collection
+    /// must not delete it meanwhile).
+    pub fn pins_segment(&self, id: ObjectId) -> bool {
+        self.inner.shared.is_pinned(id)
+    }
+
     /// Objects garbage collection has deleted since the shard was opened.
     pub fn gc_deleted_objects(&self) -> u64 {
         self.inner

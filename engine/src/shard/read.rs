@@ -178,13 +178,31 @@ impl Shard {
         let result = self
             .read_tiers(stream, from, limits, cipher, routing_key)
             .await;
-        // A fenced owner's sealed objects may be collected by the newer owner:
-        // that is not damage.
+        // A superseded owner's sealed objects may be collected by the newer
+        // owner (before this one has learnt it is fenced): that is not damage.
         match result {
-            Err(EngineError::Corrupt { .. }) if self.status() == super::ShardStatus::Fenced => {
-                Err(EngineError::Fenced)
+            Err(e @ EngineError::Corrupt { .. }) => {
+                if self.status() == super::ShardStatus::Fenced || self.superseded().await {
+                    Err(EngineError::Fenced)
+                } else {
+                    Err(e)
+                }
             }
             other => other,
+        }
+    }
+
+    /// Whether the manifest in the store names another writer than this
+    /// owner at its current epoch (a newer owner, or an operator's repair).
+    async fn superseded(&self) -> bool {
+        let ctx = &self.inner.ctx;
+        let epoch = self.last_recovery().epoch;
+        match ctx.manifest.load().await {
+            Ok(Some(m)) => {
+                m.value.writer.instance != ctx.instance.0 || m.value.writer.epoch != epoch
+            }
+            Ok(None) => true,
+            Err(_) => false,
         }
     }
 

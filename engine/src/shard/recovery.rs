@@ -34,7 +34,7 @@ use super::io::{get_object, put_wal_object, with_retries, WalPutOutcome};
 use super::sealed;
 use super::state::{entry_stream, StreamTable};
 use super::{ShardConfig, ShardCtx};
-use crate::env::EngineEnv;
+use crate::env::{CrashPoint, EngineEnv};
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName};
 use crate::layout::{ImmutableKind, ObjectId, ShardLayout};
@@ -91,6 +91,8 @@ struct Walker<'a> {
     table: StreamTable,
     applied: u64,
     skipped: u64,
+    /// Tombstones walked ([`LogWalk::is_tombstone`]): collected objects.
+    tombstones: u64,
 }
 
 impl Walker<'_> {
@@ -105,6 +107,9 @@ impl Walker<'_> {
                     object.header.shard, object.header.slot
                 ),
             ));
+        }
+        if self.walk.is_tombstone(&object.header) {
+            self.tombstones += 1;
         }
         match self.walk.admit(&object.header) {
             Admission::Apply
@@ -139,6 +144,9 @@ pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
         refuse_if_not_empty(ctx).await?;
     }
     let manifest = claim(ctx, current.as_ref()).await?;
+    ctx.env
+        .reach(CrashPoint::OpenAfterClaim, &ctx.instance)
+        .await;
     let (_, opened) = futures::join!(
         super::history::record(ctx, &manifest),
         walk_and_fence(ctx, manifest.clone())
@@ -165,6 +173,9 @@ pub(crate) async fn reclaim(
         return Err(EngineError::Fenced);
     }
     let claimed = claim(ctx, Some(&current)).await?;
+    ctx.env
+        .reach(CrashPoint::OpenAfterClaim, &ctx.instance)
+        .await;
     super::history::record(ctx, &claimed).await;
     Ok(claimed)
 }
@@ -245,6 +256,9 @@ pub(crate) async fn walk_and_fence(
     };
     let retry = ctx.config.store_retry;
 
+    ctx.env
+        .reach(CrashPoint::OpenBeforeFence, &ctx.instance)
+        .await;
     // Fence at the first free slot, walking whatever got there first.
     let fence_writer = WriterId {
         instance: ctx.instance.0,
@@ -377,6 +391,7 @@ async fn walk_from<'a>(
         table,
         applied: 0,
         skipped: 0,
+        tombstones: 0,
     };
     let retry = ctx.config.store_retry;
     let mut fetches = futures::stream::iter(replay.slot..end)
@@ -391,7 +406,11 @@ async fn walk_from<'a>(
             }
         })
         .buffered(ctx.config.replay_parallelism.max(1));
+    let halfway = replay.slot + (end - replay.slot) / 2;
     while let Some((slot, bytes)) = fetches.try_next().await? {
+        if slot == halfway && owner_epoch.is_some() {
+            ctx.env.reach(CrashPoint::OpenMidWalk, &ctx.instance).await;
+        }
         walker.take(slot, &bytes)?;
     }
     drop(fetches);
@@ -408,6 +427,10 @@ pub struct LogView {
     pub end_slot: u64,
     pub objects_applied: u64,
     pub stale_objects_skipped: u64,
+    /// Tombstones the walk passed: WAL objects garbage collection replaced
+    /// (a walk from an older replay point than the collector's meets them;
+    /// what they held is not in the view).
+    pub tombstones_walked: u64,
 }
 
 /// Reads a shard's manifest and walks its WAL without changing anything.
@@ -480,6 +503,7 @@ async fn inspect_read_only(
         end_slot: end,
         objects_applied: walker.applied,
         stale_objects_skipped: walker.skipped,
+        tombstones_walked: walker.tombstones,
     })
 }
 

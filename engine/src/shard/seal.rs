@@ -46,6 +46,7 @@ use super::io::put_immutable;
 use super::sealed::{run_entry, SealedChunk};
 use super::state::Tail;
 use super::ShardCtx;
+use crate::env::CrashPoint;
 use crate::error::EngineError;
 use crate::layout::ObjectId;
 
@@ -217,6 +218,9 @@ pub(crate) async fn run(ctx: Arc<ShardCtx>, plan: SealPlan) -> SealResult {
         if let Err(e) = put_immutable(store, &path, bytes, retry).await {
             return Err(failed(EngineError::store(&e)));
         }
+        ctx.env
+            .reach(CrashPoint::SealAfterSegment, &ctx.instance)
+            .await;
         segment_ref = Some(SegmentRef {
             id: segment_id.0,
             bytes: length,
@@ -267,6 +271,7 @@ pub(crate) async fn run(ctx: Arc<ShardCtx>, plan: SealPlan) -> SealResult {
     if let Err(e) = put_immutable(store, &run_path, encoded, retry).await {
         return Err(failed(EngineError::store(&e)));
     }
+    ctx.env.reach(CrashPoint::SealAfterRun, &ctx.instance).await;
 
     // 3. The manifest.
     let old = &base.value;
@@ -302,6 +307,9 @@ pub(crate) async fn run(ctx: Arc<ShardCtx>, plan: SealPlan) -> SealResult {
             resolve(&ctx, &base, write_id).await?
         }
     };
+    ctx.env
+        .reach(CrashPoint::SealAfterManifest, &ctx.instance)
+        .await;
     super::history::record(&ctx, &manifest).await;
 
     let mut garbage = wal_garbage(

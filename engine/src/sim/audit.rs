@@ -2,7 +2,8 @@
 //! manifest as it stands at that moment: a WAL object at or above the replay
 //! point or inside a fence window, or an index run or segment the manifest
 //! lists, must never be deleted; only WAL objects below the replay point and
-//! inside a fence window may be overwritten (with tombstones). Violations are
+//! inside a fence window may be overwritten (with tombstones); and no segment
+//! may be deleted while a read of the newest owner pins it. Violations are
 //! recorded for the simulation to report.
 
 use std::sync::Arc;
@@ -14,15 +15,23 @@ use parking_lot::Mutex;
 use strata_manifest::{Manifest, ManifestCodec};
 
 use crate::layout::{ImmutableKind, ShardLayout};
+use crate::shard::Shard;
 use crate::store::{StoreLayer, StoreOp};
 
-#[derive(Debug)]
 pub struct DeleteAudit {
     /// The store without faults, to read the manifest from.
     clean: Arc<dyn ObjectStore>,
     layout: ShardLayout,
     violations: Mutex<Vec<String>>,
     deletes: Mutex<u64>,
+    /// The newest owner, whose read pins a deletion must respect.
+    newest: Mutex<Option<Shard>>,
+}
+
+impl std::fmt::Debug for DeleteAudit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeleteAudit({})", self.layout.shard())
+    }
 }
 
 impl DeleteAudit {
@@ -32,7 +41,13 @@ impl DeleteAudit {
             layout,
             violations: Mutex::new(Vec::new()),
             deletes: Mutex::new(0),
+            newest: Mutex::new(None),
         }
+    }
+
+    /// The owner whose read pins deletions are checked against from now on.
+    pub fn watch_owner(&self, owner: Option<Shard>) {
+        *self.newest.lock() = owner;
     }
 
     pub fn take_violations(&self) -> Vec<String> {
@@ -49,11 +64,35 @@ impl DeleteAudit {
             self.layout.manifest(),
             strata_manifest::RetryPolicy::default(),
         );
-        match cas.load().await {
-            Ok(Some(m)) => Ok(m.value),
-            Ok(None) => Err(format!("{location} removed while no manifest exists")),
-            Err(e) => Err(format!("{location} removed; manifest unreadable: {e}")),
+        let problem = match cas.load().await {
+            Ok(Some(m)) => return Ok(m.value),
+            Ok(None) => format!("{location} removed while no manifest exists"),
+            Err(e) => format!("{location} removed; manifest unreadable: {e}"),
+        };
+        // The manifest was damaged (by the simulation, to exercise repairs)
+        // or is being repaired: the newest retained version stands in.
+        self.newest_retained().await.ok_or(problem)
+    }
+
+    /// The newest retained manifest version that decodes.
+    async fn newest_retained(&self) -> Option<Manifest> {
+        use futures::StreamExt;
+        let mut versions: Vec<u64> = self
+            .clean
+            .list(Some(&self.layout.manifest_history_prefix()))
+            .filter_map(|m| async move { m.ok() })
+            .filter_map(|m| async move { self.layout.parse_manifest_history(&m.location) })
+            .collect()
+            .await;
+        versions.sort_unstable_by(|a, b| b.cmp(a));
+        for version in versions {
+            if let Ok(Some(m)) =
+                crate::shard::history::load(&self.clean, &self.layout, version).await
+            {
+                return Some(m);
+            }
         }
+        None
     }
 
     async fn check_overwrite(&self, location: &Path) -> std::result::Result<(), String> {
@@ -99,6 +138,16 @@ impl DeleteAudit {
             if manifest.segments.iter().any(|s| s.id == id.0) {
                 return Err(format!(
                     "segment {id:?} deleted while the manifest lists it"
+                ));
+            }
+            let pinned = self
+                .newest
+                .lock()
+                .as_ref()
+                .is_some_and(|owner| owner.pins_segment(id));
+            if pinned {
+                return Err(format!(
+                    "segment {id:?} deleted while a read of the newest owner pins it"
                 ));
             }
         }

@@ -54,6 +54,25 @@ pub trait StoreLayer: Send + Sync + fmt::Debug + 'static {
     ) -> Result<GetResult> {
         inner.get_opts(location, options).await
     }
+
+    /// Deletes one object (after `before` allowed the call).
+    async fn delete(&self, inner: &Arc<dyn ObjectStore>, location: &Path) -> Result<()> {
+        inner.delete(location).await
+    }
+
+    /// Lists objects under `prefix` (after `offset`, when given), once
+    /// `before` allowed the call.
+    fn list(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        match offset {
+            Some(offset) => inner.list_with_offset(prefix, offset),
+            None => inner.list(prefix),
+        }
+    }
 }
 
 /// A store decorated by a layer.
@@ -76,6 +95,28 @@ impl<L: StoreLayer> Layered<L> {
 
     pub fn inner(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
+    }
+}
+
+impl<L: StoreLayer> Layered<L> {
+    /// A listing that asks `before` first, then the layer's `list`.
+    fn listing(
+        &self,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let inner = self.inner.clone();
+        let layer = self.layer.clone();
+        let prefix = prefix.cloned();
+        let offset = offset.cloned();
+        futures::stream::once(async move {
+            match layer.before(StoreOp::List, prefix.as_ref()).await {
+                Ok(()) => layer.list(&inner, prefix.as_ref(), offset.as_ref()),
+                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+            }
+        })
+        .flatten()
+        .boxed()
     }
 }
 
@@ -142,7 +183,7 @@ impl<L: StoreLayer> ObjectStore for Layered<L> {
                 async move {
                     let location = location?;
                     layer.before(StoreOp::Delete, Some(&location)).await?;
-                    inner.delete(&location).await?;
+                    layer.delete(&inner, &location).await?;
                     Ok(location)
                 }
             })
@@ -150,17 +191,7 @@ impl<L: StoreLayer> ObjectStore for Layered<L> {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        let inner = self.inner.clone();
-        let layer = self.layer.clone();
-        let prefix = prefix.cloned();
-        futures::stream::once(async move {
-            match layer.before(StoreOp::List, prefix.as_ref()).await {
-                Ok(()) => inner.list(prefix.as_ref()),
-                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
-            }
-        })
-        .flatten()
-        .boxed()
+        self.listing(prefix, None)
     }
 
     fn list_with_offset(
@@ -168,18 +199,7 @@ impl<L: StoreLayer> ObjectStore for Layered<L> {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let inner = self.inner.clone();
-        let layer = self.layer.clone();
-        let prefix = prefix.cloned();
-        let offset = offset.clone();
-        futures::stream::once(async move {
-            match layer.before(StoreOp::List, prefix.as_ref()).await {
-                Ok(()) => inner.list_with_offset(prefix.as_ref(), &offset),
-                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
-            }
-        })
-        .flatten()
-        .boxed()
+        self.listing(prefix, Some(offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
