@@ -251,8 +251,7 @@ async fn an_owner_replaced_by_a_rollback_deletes_nothing_when_its_grace_ends() {
             force: true,
             accept_loss: true,
             dry_run: false,
-            live_window: Duration::from_secs(60),
-            quiesce: Duration::from_secs(1),
+            ..repair_options()
         },
     )
     .await
@@ -557,4 +556,101 @@ async fn an_over_long_producer_id_is_refused_before_it_can_fail_a_group_commit()
     );
     assert_eq!(shard.status(), ShardStatus::Active);
     assert_eq!(read_all(&shard).await, ["good"]);
+}
+
+// -------------------------------------------------- repairs undo no change
+
+fn repair_options() -> RepairOptions {
+    RepairOptions {
+        force: true,
+        accept_loss: false,
+        dry_run: false,
+        live_window: Duration::from_secs(60),
+        quiesce: Duration::from_secs(1),
+    }
+}
+
+/// A close is acknowledged and sealed, and the WAL object that held it is
+/// collected. Rolling back to the version before the close recovers every
+/// record, but would open the stream again: the rollback must refuse.
+#[tokio::test(start_paused = true)]
+async fn a_rollback_that_would_undo_an_acknowledged_close_is_refused() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let config = ShardConfig {
+        gc_grace: Duration::from_millis(10),
+        ..manual()
+    };
+    let a = open(&store, 1, config).await;
+    a.create_stream(STREAM, &cipher()).await.unwrap();
+    append(&a, &["one", "two"]).await.unwrap();
+    a.seal_now().await.unwrap();
+    let before_close = manifest(&store).await.version;
+    a.close_stream(STREAM, cipher()).await.unwrap();
+    a.seal_now().await.unwrap();
+    // The WAL object holding the close is garbage now: let it be collected.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(a.gc_deleted_objects() > 0);
+    a.shutdown().await;
+
+    let report = rollback(
+        &EngineEnv::production(store.clone()),
+        &shard_name(),
+        before_close,
+        InstanceId([9; 16]),
+        repair_options(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(report.outcome, RepairOutcome::Refused(_)),
+        "{:?}",
+        report.outcome
+    );
+    assert!(report.lost.is_empty(), "no record is lost: {:?}", report.lost);
+    assert!(!report.lost_changes.is_empty());
+    let next = open(&store, 3, manual()).await;
+    assert!(next.stream_info(&STREAM).unwrap().tail.status == strata_engine::StreamStatus::Closed);
+}
+
+/// The newest index run is damaged and the WAL objects it sealed are
+/// collected: no retained version can vouch for what the run held (here a
+/// close), so recovery refuses rather than restore an older state silently.
+#[tokio::test(start_paused = true)]
+async fn recovery_from_a_damaged_run_whose_wal_was_collected_is_refused() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let config = ShardConfig {
+        gc_grace: Duration::from_millis(10),
+        ..manual()
+    };
+    let a = open(&store, 1, config).await;
+    a.create_stream(STREAM, &cipher()).await.unwrap();
+    append(&a, &["one"]).await.unwrap();
+    a.seal_now().await.unwrap();
+    a.close_stream(STREAM, cipher()).await.unwrap();
+    a.seal_now().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    a.shutdown().await;
+    let newest_run = manifest(&store).await.index_runs.last().copied().unwrap();
+    let layout = ShardLayout::new(shard_name());
+    store
+        .put(
+            &layout.index_run(strata_engine::layout::ObjectId(newest_run.id)),
+            PutPayload::from_static(b"garbage\n"),
+        )
+        .await
+        .unwrap();
+    let report = strata_engine::repair::recover(
+        &EngineEnv::production(store.clone()),
+        &shard_name(),
+        InstanceId([9; 16]),
+        repair_options(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(report.outcome, RepairOutcome::Refused(_)),
+        "{:?}",
+        report.outcome
+    );
+    assert!(!report.lost_changes.is_empty());
 }

@@ -301,6 +301,15 @@ fn finish_repair(report: &RepairReport, json: bool) -> ExitCode {
                 l.stream_id, l.incarnation, l.from, l.to
             );
         }
+        for c in &report.lost_changes {
+            match &c.stream_id {
+                Some(id) => println!(
+                    "  UNDONE: stream {id} incarnation {}: {}",
+                    c.incarnation, c.change
+                ),
+                None => println!("  UNDONE: {}", c.change),
+            }
+        }
         println!("  next offsets afterwards:");
         for s in &report.streams {
             println!(
