@@ -28,6 +28,6 @@ pub use env::{
 pub use error::EngineError;
 pub use ids::{stream_id, InstanceId, ShardName, StreamRef};
 pub use shard::{
-    AppendAck, AppendKind, AppendRequest, CreateAck, ProducerClaim, ProducerState, ReadBatch,
-    ReadLimits, Shard, ShardConfig, ShardStatus, StreamInfo, StreamStatus, WaitOutcome,
+    AppendAck, AppendKind, AppendRequest, AppendTicket, CreateAck, ProducerClaim, ProducerState,
+    ReadBatch, ReadLimits, Shard, ShardConfig, ShardStatus, StreamInfo, StreamStatus, WaitOutcome,
 };

@@ -606,7 +606,11 @@ async fn a_rollback_that_would_undo_an_acknowledged_close_is_refused() {
         "{:?}",
         report.outcome
     );
-    assert!(report.lost.is_empty(), "no record is lost: {:?}", report.lost);
+    assert!(
+        report.lost.is_empty(),
+        "no record is lost: {:?}",
+        report.lost
+    );
     assert!(!report.lost_changes.is_empty());
     let next = open(&store, 3, manual()).await;
     assert!(next.stream_info(&STREAM).unwrap().tail.status == strata_engine::StreamStatus::Closed);

@@ -146,6 +146,39 @@ pub fn is_json(content_type: &str) -> bool {
     media_type(content_type) == "application/json"
 }
 
+/// When a request's work with the store must be answered, and the budget
+/// it was given (`--append-timeout-ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreDeadline {
+    pub at: tokio::time::Instant,
+    pub budget: Duration,
+}
+
+impl StoreDeadline {
+    pub fn after(budget: Duration) -> Self {
+        StoreDeadline {
+            at: tokio::time::Instant::now() + budget,
+            budget,
+        }
+    }
+
+    /// A write whose answer did not come in time (it may still complete).
+    pub fn write_timed_out(&self) -> ServiceError {
+        ServiceError::OutcomeUnknown(format!(
+            "the store did not answer within {} ms; the write may still complete",
+            self.budget.as_millis()
+        ))
+    }
+
+    /// A lookup that did not come back in time (nothing was written).
+    pub fn lookup_timed_out(&self) -> ServiceError {
+        ServiceError::Unavailable(format!(
+            "the store did not answer within {} ms",
+            self.budget.as_millis()
+        ))
+    }
+}
+
 /// How a stream expires.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Expiry {
@@ -1228,14 +1261,25 @@ impl Streams {
 
     // ------------------------------------------------------------------ append
 
+    /// Appends, waiting at most until `deadline`: then the answer is
+    /// `OutcomeUnknown` while the append goes on (queued in the engine; its
+    /// acknowledgement is still followed by the access time and the
+    /// observers' notice, in a task of its own). Only the descriptor lookup
+    /// and the engine's answer can wait for the store; neither registers a
+    /// timer when it is ready at once.
     pub async fn append(
         &self,
         project: &str,
         name: &str,
         spec: AppendSpec,
         key: &StreamKey,
+        deadline: StoreDeadline,
     ) -> Result<AppendOutcome, ServiceError> {
-        let (entry, desc) = self.live(project, name).await?;
+        let (entry, desc) =
+            match tokio::time::timeout_at(deadline.at, self.live(project, name)).await {
+                Ok(found) => found?,
+                Err(_) => return Err(deadline.lookup_timed_out()),
+            };
         let cipher = self.cipher(&desc.value, key)?;
         let stream = Self::stream_ref(&desc.value)?;
         let shard = self.shard_for(&stream.id);
@@ -1269,7 +1313,15 @@ impl Streams {
         request.producer = spec.producer;
         request.stream_seq = spec.stream_seq;
         request.close = spec.close;
-        let ack = shard.append(request).await.map_err(|e| match e {
+        let mut ticket = shard.start_append(request)?;
+        let answer = match tokio::time::timeout_at(deadline.at, &mut ticket).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.finish_detached(ticket, entry, project, name, appended_records);
+                return Err(deadline.write_timed_out());
+            }
+        };
+        let ack = answer.map_err(|e| match e {
             EngineError::StreamClosed { next_offset } => ServiceError::Closed {
                 tail: base + next_offset,
             },
@@ -1445,6 +1497,31 @@ impl Streams {
     /// Names of the live streams of a project.
     pub async fn live_names(&self, project: &str) -> Result<Vec<String>, ServiceError> {
         Ok(self.registry.names(project).await?)
+    }
+
+    /// The rest of an append whose request stopped waiting at its deadline:
+    /// once the engine answers, what an acknowledgement is followed by.
+    fn finish_detached(
+        &self,
+        ticket: strata_engine::AppendTicket,
+        entry: Arc<Entry>,
+        project: &str,
+        name: &str,
+        appended_records: bool,
+    ) {
+        let clock = self.clock.clone();
+        let observer = self.observer.get().cloned();
+        let (project, name) = (project.to_string(), name.to_string());
+        tokio::spawn(async move {
+            if let Ok(ack) = ticket.await {
+                entry.touch(clock.now_ms());
+                if appended_records && ack.kind == AppendKind::Appended {
+                    if let Some(observer) = observer {
+                        observer.appended(&project, &name);
+                    }
+                }
+            }
+        });
     }
 
     fn notify_appended(&self, project: &str, name: &str) {

@@ -25,6 +25,10 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Longest a wake event's append waits for its acknowledgement (it goes on
+/// past that; the wait only bounds the background task).
+const WAKE_APPEND_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 use base64::Engine as _;
 use bytes::Bytes;
 use ed25519_dalek::{Signer as _, SigningKey};
@@ -854,7 +858,13 @@ impl Subscriptions {
         };
         if let Err(e) = self
             .streams
-            .append(DEFAULT_PROJECT, wake_stream, spec, key)
+            .append(
+                DEFAULT_PROJECT,
+                wake_stream,
+                spec,
+                key,
+                crate::streams::StoreDeadline::after(WAKE_APPEND_WAIT_MAX),
+            )
             .await
         {
             tracing::warn!(subscription = id, error = %e, "appending a wake event failed");

@@ -394,6 +394,26 @@ impl Drop for SegmentPins {
     }
 }
 
+/// The answer of a queued append ([`Shard::start_append`]): a future that
+/// resolves once the append is durable (or refused). A dropped answer (the
+/// shard stopped) is `OutcomeUnknown`.
+pub struct AppendTicket {
+    rx: oneshot::Receiver<Result<AppendAck, EngineError>>,
+}
+
+impl std::future::Future for AppendTicket {
+    type Output = Result<AppendAck, EngineError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or(Err(EngineError::OutcomeUnknown)))
+    }
+}
+
 /// A handle to an open shard. Cheap to clone.
 #[derive(Clone)]
 pub struct Shard {
@@ -576,6 +596,15 @@ impl Shard {
 
     /// Appends records; answers once they are durable in the store.
     pub async fn append(&self, request: AppendRequest) -> Result<AppendAck, EngineError> {
+        self.start_append(request)?.await
+    }
+
+    /// Checks and queues an append (its pages are built here, in the
+    /// caller's task) and returns the ticket its answer arrives on. Dropping
+    /// the ticket does not withdraw the append: a caller that stops waiting
+    /// at a deadline may hand the ticket to another task to learn the
+    /// outcome.
+    pub fn start_append(&self, request: AppendRequest) -> Result<AppendTicket, EngineError> {
         let config = &self.inner.ctx.config;
         let record_count = request.records.len();
         if record_count == 0 && !request.close {
@@ -651,7 +680,7 @@ impl Shard {
             close: request.close,
             reply,
         })))?;
-        Self::answer(rx).await
+        Ok(AppendTicket { rx })
     }
 
     /// Answers once everything submitted before it is durable.

@@ -56,11 +56,11 @@ pub struct HttpConfig {
     pub append_timeout: Duration,
 }
 
-/// Writes that may run at once. A write runs to its end in its own task even
-/// when its request was answered at the deadline, so that no write stops
-/// half-done; these slots bound how many can outlive their requests while
-/// the store stalls (a write that gets none by its deadline is not applied
-/// and answers 503 `unavailable`).
+/// Writes that may run at once. A write runs to its end even when its
+/// request was answered at the deadline, so that no write stops half-done;
+/// these slots bound how many writes are under way (and so how many can
+/// outlive their requests while the store stalls). A write that finds none
+/// free is not started and answers 503 `unavailable` at once.
 pub const WRITES_IN_FLIGHT_MAX: usize = 8192;
 
 /// Everything a request handler can reach.
@@ -101,32 +101,39 @@ impl AppState {
         Instant::now() + self.config.append_timeout
     }
 
-    /// Runs a write of the service to its end in a task of its own, and
-    /// waits for it until `deadline`: past it, the answer is
-    /// [`ServiceError::OutcomeUnknown`] while the write may still complete.
+    /// The same, with its budget (for the service's own bounded waits).
+    pub fn store_deadline(&self) -> crate::streams::StoreDeadline {
+        crate::streams::StoreDeadline::after(self.config.append_timeout)
+    }
+
+    /// Runs a write of the service to its end, and waits for it until
+    /// `deadline`: past it, the answer is [`ServiceError::OutcomeUnknown`]
+    /// while the write goes on in a task of its own (it may still complete).
+    /// The write runs in the request's task until then: the common case
+    /// costs no task and no wake-up more than the write itself.
     pub async fn write<T, F>(&self, deadline: Instant, write: F) -> Result<T, ServiceError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, ServiceError>> + Send + 'static,
     {
-        let Ok(Ok(slot)) =
-            tokio::time::timeout_at(deadline, self.write_slots.clone().acquire_owned()).await
-        else {
+        let Ok(slot) = self.write_slots.clone().try_acquire_owned() else {
             return Err(ServiceError::Unavailable(
                 "too many writes are waiting for the store; the request was not applied".into(),
             ));
         };
-        let task = tokio::spawn(async move {
-            let _slot = slot;
-            write.await
-        });
-        match tokio::time::timeout_at(deadline, task).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => Err(ServiceError::Internal(format!("a write task failed: {e}"))),
-            Err(_) => Err(ServiceError::OutcomeUnknown(format!(
-                "the store did not answer within {} ms; the write may still complete",
-                self.config.append_timeout.as_millis()
-            ))),
+        let mut write = Box::pin(write);
+        match tokio::time::timeout_at(deadline, &mut write).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let _ = write.await;
+                });
+                Err(ServiceError::OutcomeUnknown(format!(
+                    "the store did not answer within {} ms; the write may still complete",
+                    self.config.append_timeout.as_millis()
+                )))
+            }
         }
     }
 

@@ -799,16 +799,10 @@ async fn append(
         stream_seq: None,
         close: false,
     };
-    let outcome = {
-        let (streams, project, name) = (streams.clone(), project.to_string(), name.to_string());
-        let key = call.key.clone();
-        state
-            .write(state.deadline(), async move {
-                streams.append(&project, &name, spec, &key).await
-            })
-            .await
-            .map_err(write_error)?
-    };
+    let outcome = streams
+        .append(project, name, spec, &call.key, state.store_deadline())
+        .await
+        .map_err(write_error)?;
     let scope = CursorScope {
         project,
         epoch,
@@ -904,7 +898,8 @@ async fn seal(
     };
     let key =
         key.ok_or_else(|| bad("missing_key", "a final record needs Prisma-Encryption-Key"))?;
-    let deadline = state.deadline();
+    let store_deadline = state.store_deadline();
+    let deadline = store_deadline.at;
     let (_, epoch) = state
         .bounded(deadline, streams.keyed_meta(project, name, &key))
         .await
@@ -939,16 +934,10 @@ async fn seal(
         stream_seq: None,
         close: true,
     };
-    let outcome = {
-        let (streams, project, name) = (streams.clone(), project.to_string(), name.to_string());
-        let key = key.clone();
-        state
-            .write(deadline, async move {
-                streams.append(&project, &name, spec, &key).await
-            })
-            .await
-            .map_err(write_error)?
-    };
+    let outcome = streams
+        .append(project, name, spec, &key, store_deadline)
+        .await
+        .map_err(write_error)?;
     let scope = CursorScope {
         project,
         epoch,

@@ -504,14 +504,10 @@ async fn append(
     let spec = request.spec(body)?;
     let producer = spec.producer.clone();
     let has_body = !spec.body.is_empty();
-    let outcome = {
-        let (streams, project, key) = (state.streams.clone(), project.to_string(), request.key);
-        state
-            .write(state.deadline(), async move {
-                streams.append(&project, &name, spec, &key).await
-            })
-            .await?
-    };
+    let outcome = state
+        .streams
+        .append(project, &name, spec, &request.key, state.store_deadline())
+        .await?;
     let status = match (&outcome.result, &producer) {
         (AppendResult::Appended, Some(_)) if has_body => StatusCode::OK,
         _ => StatusCode::NO_CONTENT,
