@@ -611,7 +611,22 @@ async fn recover_rebuilds_around_a_corrupt_run_when_no_version_avoids_it() {
     std::fs::remove_dir_all(dir.path().join("shards/s0/manifest-history")).unwrap();
     let runs = files_under(dir.path(), "index");
     flip_byte(&runs[2], 40);
+    // What only the corrupt run held (a close, a delete, a producer's state,
+    // a stream without records) cannot be verified: refused unless the
+    // operator accepts that loss.
     let (code, report) = repair(&["recover", "s0", "--force"], dir.path());
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(report["outcome"]["status"], "refused", "{report}");
+    let undone = report["lost_changes"].as_array().unwrap();
+    assert_eq!(undone.len(), 1, "{report}");
+    assert!(
+        undone[0]["change"]
+            .as_str()
+            .unwrap()
+            .contains("does not decode"),
+        "{report}"
+    );
+    let (code, report) = repair(&["recover", "s0", "--force", "--accept-loss"], dir.path());
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["restored_from"]["kind"], "rebuilt", "{report}");
     assert_eq!(
