@@ -283,6 +283,8 @@ enum WalHold {
     Answer,
     /// Hold the write itself until released.
     Write,
+    /// Store the object now and answer an error (the answer was lost).
+    LoseAnswer,
 }
 
 /// Holds the next WAL PUTs as planned, each until its own release.
@@ -327,6 +329,13 @@ impl StoreLayer for WalGate {
                 self.reached.notify_one();
                 release.notified().await;
                 inner.put_opts(location, payload, opts).await
+            }
+            Some((WalHold::LoseAnswer, _)) => {
+                inner.put_opts(location, payload, opts).await?;
+                Err(object_store::Error::Generic {
+                    store: "WalGate",
+                    source: "the answer was lost".into(),
+                })
             }
         }
     }
@@ -432,6 +441,50 @@ async fn an_owner_reopening_through_an_outage_shuts_down() {
         .await
         .expect("the shutdown of a re-opening owner returns");
     assert_eq!(shard.status(), ShardStatus::Stopped);
+}
+
+/// Owner A's PUT lands but its answer is lost; before A's retry, owner B
+/// opens (its log takes A's object), seals and tombstones the slot. A's
+/// retry meets B's tombstone: A must not answer "fenced" (not written) — the
+/// record is in B's log — but "outcome unknown".
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_meets_a_tombstone_over_its_own_landed_write_is_outcome_unknown() {
+    let layered = Layered::new(Arc::new(InMemory::new()), WalGate::default());
+    let gate = layered.layer().clone();
+    let store: Arc<dyn ObjectStore> = Arc::new(layered);
+    let a = open(&store, 1, manual()).await;
+    a.create_stream(STREAM, &cipher()).await.unwrap();
+    let _first = gate.hold(WalHold::LoseAnswer);
+    let retry = gate.hold(WalHold::Write);
+    let appended = tokio::spawn({
+        let a = a.clone();
+        async move { a.append(request(&["landed"])).await }
+    });
+    gate.reached.notified().await;
+    let b = open(
+        &store,
+        2,
+        ShardConfig {
+            gc_grace: Duration::ZERO,
+            ..manual()
+        },
+    )
+    .await;
+    assert_eq!(read_all(&b).await, ["landed"], "B's log took A's object");
+    b.seal_now().await.unwrap();
+    for _ in 0..1000 {
+        if b.gc_deleted_objects() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(
+        b.gc_deleted_objects() > 0,
+        "B collected the slots it sealed"
+    );
+    retry.notify_one();
+    assert_eq!(appended.await.unwrap(), Err(EngineError::OutcomeUnknown));
+    assert_eq!(read_all(&b).await, ["landed"]);
 }
 
 // ------------------------------------------------------ entries without pages

@@ -801,9 +801,15 @@ impl Actor {
         };
         match &done.outcome {
             WalPutOutcome::Written => {}
-            WalPutOutcome::Fenced { epoch } => {
-                tracing::warn!(shard = %self.ctx.layout.shard(), newer_epoch = epoch, "fenced by a newer owner");
-                self.become_fenced(Some(done.issue));
+            WalPutOutcome::Fenced {
+                epoch,
+                after_unknown,
+            } => {
+                tracing::warn!(shard = %self.ctx.layout.shard(), newer_epoch = epoch, after_unknown, "fenced by a newer owner");
+                // After an attempt that may have landed, the newer owner may
+                // hold this object (and the ones issued with it) in its log.
+                let at = (!after_unknown).then_some(done.issue);
+                self.become_fenced(at);
                 return;
             }
             WalPutOutcome::Collision { epoch } => {

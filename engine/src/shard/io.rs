@@ -18,7 +18,15 @@ pub(crate) enum WalPutOutcome {
     /// The slot holds an object of a newer owner (its epoch), or an object
     /// that was there vanished (`None`: only a newer owner's garbage
     /// collection deletes a WAL object at a slot we write): we are fenced.
-    Fenced { epoch: Option<u64> },
+    /// `after_unknown`: an earlier attempt of this PUT may have landed (its
+    /// answer was an error), so the newer owner may have taken our object
+    /// into its log before collecting it (a tombstone now holds the slot):
+    /// this object's fate, and that of every object issued with it, is
+    /// unknown rather than "not written".
+    Fenced {
+        epoch: Option<u64>,
+        after_unknown: bool,
+    },
     /// The slot holds another object of our epoch or an older one.
     Collision { epoch: u64 },
     /// The store kept failing; the object may or may not exist.
@@ -80,6 +88,8 @@ pub(crate) async fn put_wal_object(
     retry: &RetryPolicy,
 ) -> WalPutOutcome {
     let mut attempt = 0;
+    // Whether an earlier attempt failed in a way that may have stored it.
+    let mut maybe_landed = false;
     loop {
         let options = PutOptions {
             mode: PutMode::Create,
@@ -89,6 +99,8 @@ pub(crate) async fn put_wal_object(
             Ok(_) => return WalPutOutcome::Written,
             Err(e) => e,
         };
+        let after_unknown = maybe_landed;
+        maybe_landed |= is_transient(&error);
         // Published, but maybe not durable: never retried, never read back
         // as written (the owner fails the batch as outcome-unknown).
         if is_durability_unknown(&error) {
@@ -103,6 +115,7 @@ pub(crate) async fn put_wal_object(
                     Ok(h) if h.writer.epoch > mine.epoch => {
                         return WalPutOutcome::Fenced {
                             epoch: Some(h.writer.epoch),
+                            after_unknown,
                         }
                     }
                     Ok(h) => {
@@ -117,7 +130,12 @@ pub(crate) async fn put_wal_object(
                 // collection deletes a WAL object at a slot we write (below its
                 // replay point). Writing again would put an object where no
                 // walk reads it.
-                Ok(None) => return WalPutOutcome::Fenced { epoch: None },
+                Ok(None) => {
+                    return WalPutOutcome::Fenced {
+                        epoch: None,
+                        after_unknown,
+                    }
+                }
                 Err(e) => return WalPutOutcome::Failed(e),
             }
         }
@@ -260,7 +278,7 @@ mod tests {
         // Only a newer owner's garbage collection deletes a WAL object at a
         // slot an owner is writing: the writer is fenced (not retrying).
         assert!(
-            matches!(outcome, WalPutOutcome::Fenced { epoch: None }),
+            matches!(outcome, WalPutOutcome::Fenced { epoch: None, .. }),
             "{outcome:?}"
         );
     }
