@@ -7,67 +7,14 @@
 //! shards/<shard>/wal/<slot:020>                  WAL objects (create-only)
 //! shards/<shard>/seg/<id:020>                    segment objects (create-only, immutable)
 //! shards/<shard>/index/<id:020>                  index runs (create-only, immutable)
-//! registry/<project>/streams/<name-hash>.json    stream descriptors (CAS)
-//! registry/<project>/subscriptions/<id-hash>.json  subscriptions (CAS)
-//! registry/<project>/catalog/<bucket:02>.json    catalog buckets (CAS)
-//! server/webhook-signing-key.json                the server's Ed25519 signing key
 //! ```
+//!
+//! The server's own objects (the registry, catalog, subscriptions, topology)
+//! are named by `strata-server`'s `service::names`, beside these prefixes.
 
 use object_store::path::Path;
-use sha2::{Digest, Sha256};
 
-use crate::ids::{hex, ShardName};
-
-/// 32 hex digits of SHA-256 over a name: names in object keys carry no plaintext.
-fn name_hash(domain: &str, name: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(domain.as_bytes());
-    h.update([0]);
-    h.update(name.as_bytes());
-    hex(&h.finalize()[..16])
-}
-
-/// The descriptor of stream `name` in `project` (project names are validated
-/// by the caller to be path-safe).
-pub fn stream_descriptor(project: &str, name: &str) -> Path {
-    Path::from(format!(
-        "registry/{project}/streams/{}.json",
-        name_hash("stream", name)
-    ))
-}
-
-/// Which catalog bucket of `buckets` lists stream `name`.
-pub fn catalog_bucket_of(name: &str, buckets: u16) -> u16 {
-    let mut h = Sha256::new();
-    h.update(b"catalog\0");
-    h.update(name.as_bytes());
-    let digest = h.finalize();
-    (u16::from_le_bytes([digest[0], digest[1]])) % buckets.max(1)
-}
-
-/// Catalog bucket `bucket` of `project`: the names (and creation facts) of
-/// the live streams whose name hashes to it.
-pub fn catalog_bucket(project: &str, bucket: u16) -> Path {
-    Path::from(format!("registry/{project}/catalog/{bucket:02}.json"))
-}
-
-/// The record of subscription `id` in `project`.
-pub fn subscription(project: &str, id: &str) -> Path {
-    Path::from(format!(
-        "registry/{project}/subscriptions/{}.json",
-        name_hash("subscription", id)
-    ))
-}
-
-/// The store's shard topology (the shard count, fixed at first start).
-pub fn topology() -> Path {
-    Path::from("topology.json")
-}
-
-/// The server's webhook signing key (an Ed25519 key pair, created once).
-pub fn webhook_signing_key() -> Path {
-    Path::from("server/webhook-signing-key.json")
-}
+use crate::ids::ShardName;
 
 const WAL_SLOT_DIGITS: usize = 20;
 

@@ -1,19 +1,18 @@
-//! The `strata` binary's library: the HTTP surfaces, the server, operator
-//! tools and benchmarks. `main.rs` only parses the command line; everything
-//! else lives here so fuzz targets and tests can reach the parsers.
+//! The `strata` binary's library (docs/ARCHITECTURE.md, "The server"):
+//!
+//! * `service` — what the surfaces do to streams, without HTTP;
+//! * `http` — the two HTTP surfaces; the only place that knows status codes;
+//! * `ds` — the Durable Streams protocol's encodings (offsets, JSON bodies);
+//! * `subscriptions` — webhook subscriptions;
+//! * `cli` — the command line (serve, operator commands, keys, benchmarks);
+//! * `bench` — the benchmarks.
+//!
+//! `main.rs` only calls `cli::main`; everything else lives here so fuzz
+//! targets and tests can reach the parsers.
 
 pub mod bench;
-pub mod catalog;
+pub mod cli;
 pub mod ds;
-pub mod hex;
 pub mod http;
-pub mod keys;
-pub mod ops;
-pub mod product;
-pub mod reaper;
-pub mod registry;
-pub mod serve;
-pub mod streams;
+pub mod service;
 pub mod subscriptions;
-pub mod tenancy;
-pub mod topology;

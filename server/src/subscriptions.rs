@@ -29,6 +29,7 @@ use std::time::Duration;
 /// past that; the wait only bounds the background task).
 const WAKE_APPEND_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
+use crate::service::names;
 use base64::Engine as _;
 use bytes::Bytes;
 use ed25519_dalek::{Signer as _, SigningKey};
@@ -38,14 +39,13 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use strata_engine::layout;
 use strata_manifest::{CasCodec, CasObject, RetryPolicy, Versioned};
 use strata_segments::StreamKey;
 use tokio::sync::Mutex;
 
 use crate::ds::offsets::Offset;
-use crate::hex::encode as hex;
-use crate::streams::{AppendSpec, StreamObserver, Streams, DEFAULT_PROJECT};
+use crate::service::{AppendSpec, StreamObserver, Streams, DEFAULT_PROJECT};
+use hex::encode as hex;
 
 const B64URL: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 const LEASE_MS_DEFAULT: u64 = 30_000;
@@ -154,7 +154,7 @@ impl CasCodec for SubRecordCodec {
     }
 
     fn write_token(value: &SubRecord) -> [u8; 16] {
-        crate::hex::write_token(&value.write_token)
+        crate::service::write_token::write_token(&value.write_token)
     }
 }
 
@@ -306,7 +306,7 @@ impl Subscriptions {
     fn cas(&self, id: &str) -> CasObject<SubRecordCodec> {
         CasObject::new(
             self.store.clone(),
-            layout::subscription(DEFAULT_PROJECT, id),
+            names::subscription(DEFAULT_PROJECT, id),
             RetryPolicy::default(),
         )
     }
@@ -630,7 +630,7 @@ impl Subscriptions {
         st.lease_epoch += 1;
         if let Err(e) = self
             .store
-            .delete(&layout::subscription(DEFAULT_PROJECT, id))
+            .delete(&names::subscription(DEFAULT_PROJECT, id))
             .await
         {
             if !matches!(e, object_store::Error::NotFound { .. }) {
@@ -863,7 +863,7 @@ impl Subscriptions {
                 wake_stream,
                 spec,
                 key,
-                crate::streams::StoreDeadline::after(WAKE_APPEND_WAIT_MAX),
+                crate::service::StoreDeadline::after(WAKE_APPEND_WAIT_MAX),
             )
             .await
         {
@@ -1149,7 +1149,7 @@ fn is_public(ip: Ipv4Addr) -> bool {
 
 /// Loads the server's signing key, creating it (create-only) on first start.
 async fn load_signer(store: &Arc<dyn ObjectStore>, streams: &Streams) -> Result<Signer, String> {
-    let path = layout::webhook_signing_key();
+    let path = names::webhook_signing_key();
     let seed = match store.get(&path).await {
         Ok(found) => {
             let bytes = found.bytes().await.map_err(|e| e.to_string())?;

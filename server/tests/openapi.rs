@@ -17,7 +17,7 @@ use common::{client, free_port, Server, DEV_KEY};
 use reqwest::header::HeaderValue;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{json, Value};
-use strata_server::streams::media_type;
+use strata_server::service::media_type;
 
 const TOKEN: &str = "openapi-test-token-of-alpha";
 /// The server's `--max-body-bytes` here (small, to provoke 413 cheaply).

@@ -925,7 +925,10 @@ async fn seal_bodies_and_cors() {
 
 /// The entries of one catalog bucket file of project `alpha`, edited by `f`.
 fn edit_bucket(store: &std::path::Path, name: &str, f: impl FnOnce(&mut Vec<Value>)) {
-    let bucket = strata_engine::layout::catalog_bucket_of(name, strata_server::catalog::BUCKETS);
+    let bucket = strata_server::service::names::catalog_bucket_of(
+        name,
+        strata_server::service::catalog::BUCKETS,
+    );
     let path = store.join(format!("registry/alpha/catalog/{bucket:02}.json"));
     let mut doc: Value = match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),

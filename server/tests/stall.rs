@@ -25,7 +25,7 @@ use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 use strata_engine::store::{Layered, Stall, StoreLayer, StoreOp};
 use strata_engine::ShardStatus;
-use strata_server::serve::{ServeArgs, Server};
+use strata_server::cli::serve::{ServeArgs, Server};
 
 /// The server's `--append-timeout-ms`.
 const DEADLINE: Duration = Duration::from_millis(300);

@@ -58,14 +58,14 @@ fn main() {
     }
     // Real tokens: a key cursor (of the target's scope) and a catalog cursor.
     let key = strata_segments::StreamKey::from_bytes([3; 32]);
-    let scope = strata_server::product::cursor::CursorScope {
+    let scope = strata_server::service::product::cursor::CursorScope {
         project: "p",
         epoch: [5; 16],
         key: &key,
         routing_key: b"rk",
     };
     write("product_tokens", "key-cursor", scope.encode(12_345).as_bytes());
-    let catalog = strata_server::catalog::CatalogCursor {
+    let catalog = strata_server::service::catalog::CatalogCursor {
         bucket: 3,
         after: "orders/eu".into(),
     };

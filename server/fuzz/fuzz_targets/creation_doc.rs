@@ -13,8 +13,8 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use strata_manifest::CasCodec;
-use strata_server::catalog::BucketCodec;
-use strata_server::product::config::{
+use strata_server::service::catalog::BucketCodec;
+use strata_server::service::product::config::{
     CollectionConfig, ExpiryConfig, Format, IDLE_SECONDS_MAX, WATCHES_MAX, WATCH_FIELDS_MAX,
 };
 

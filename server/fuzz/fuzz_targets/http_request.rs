@@ -23,7 +23,7 @@ use strata_server::ds::offsets::{Offset, OffsetParam};
 use strata_server::http::raw::{self, StreamOp, PREFIX};
 use strata_server::http::product::{self, ProductRoute};
 use strata_server::http::{parse_request, ApiError, Command, ParseConfig};
-use strata_server::tenancy::Tenancy;
+use strata_server::service::tenancy::Tenancy;
 
 #[derive(Arbitrary, Debug)]
 struct Input {

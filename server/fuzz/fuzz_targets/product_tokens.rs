@@ -11,8 +11,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use strata_segments::StreamKey;
-use strata_server::catalog::{CatalogCursor, BUCKETS};
-use strata_server::product::cursor::CursorScope;
+use strata_server::service::catalog::{CatalogCursor, BUCKETS};
+use strata_server::service::product::cursor::CursorScope;
 
 fuzz_target!(|data: &[u8]| {
     let key = StreamKey::from_bytes([3; 32]);

@@ -26,9 +26,9 @@ use strata_segments::StreamKey;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::streams::{ServiceError, Streams};
+use crate::service::tenancy::Tenancy;
+use crate::service::{ServiceError, Streams};
 use crate::subscriptions::Subscriptions;
-use crate::tenancy::Tenancy;
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -102,8 +102,8 @@ impl AppState {
     }
 
     /// The same, with its budget (for the service's own bounded waits).
-    pub fn store_deadline(&self) -> crate::streams::StoreDeadline {
-        crate::streams::StoreDeadline::after(self.config.append_timeout)
+    pub fn store_deadline(&self) -> crate::service::StoreDeadline {
+        crate::service::StoreDeadline::after(self.config.append_timeout)
     }
 
     /// Runs a write of the service to its end, and waits for it until
@@ -485,7 +485,10 @@ pub fn parse_request(
     if path == "/healthz" {
         return Ok(Command::Health);
     }
-    let Ok(project) = config.tenancy.project_of(headers) else {
+    let Ok(project) = config
+        .tenancy
+        .project_of(headers.get("authorization").and_then(|v| v.to_str().ok()))
+    else {
         let error = ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -501,7 +504,7 @@ pub fn parse_request(
     let project = project.to_string();
     if let Some(rest) = path.strip_prefix(raw::PREFIX) {
         if let Some(api) = rest.strip_prefix("__ds/") {
-            if project != crate::streams::DEFAULT_PROJECT {
+            if project != crate::service::DEFAULT_PROJECT {
                 return Err(ApiError::new(
                     StatusCode::NOT_FOUND,
                     "not_found",

@@ -33,15 +33,15 @@ use tokio::sync::mpsc;
 
 use super::raw::ProducerHeaders;
 use super::{full, read_body, ApiError, ApiResult, AppState, Body};
-use crate::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 use crate::ds::json::{self, TopLevel};
-use crate::product::config::{CollectionConfig, ExpiryConfig, CONFIG_BYTES_MAX};
-use crate::product::cursor::CursorScope;
-use crate::product::{
+use crate::service::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
+use crate::service::product::config::{CollectionConfig, ExpiryConfig, CONFIG_BYTES_MAX};
+use crate::service::product::cursor::CursorScope;
+use crate::service::product::{
     request_hash, scoped_producer_id, Operation, BATCH_RECORDS_MAX, READ_BYTES_DEFAULT,
     READ_BYTES_MAX, READ_BYTES_MIN, RESERVED_PRODUCER_PREFIX, ROUTING_KEY_BYTES_MAX, WAIT_MS_MAX,
 };
-use crate::streams::{
+use crate::service::{
     is_json, media_type, AppendOutcome, AppendResult, AppendSpec, CreateMode, CreateSpec, Expiry,
     KeyView, ReadFrom, ReadOutcome, ServiceError, StreamMeta,
 };

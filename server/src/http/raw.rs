@@ -19,8 +19,8 @@ use super::{empty, full, read_body, sse, ApiError, ApiResult, AppState, Body};
 use crate::ds::cursor::next_cursor;
 use crate::ds::json;
 use crate::ds::offsets::{Offset, OffsetParam};
-use crate::product::{request_hash, Operation};
-use crate::streams::{
+use crate::service::product::{request_hash, Operation};
+use crate::service::{
     is_json, media_type, AppendResult, AppendSpec, CreateMode, CreateSpec, Expiry, ForkSpec,
     ReadFrom, ReadOutcome,
 };

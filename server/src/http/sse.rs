@@ -28,7 +28,7 @@ use super::raw::render;
 use super::{ApiResult, AppState, LiveSlot};
 use crate::ds::cursor::next_cursor;
 use crate::ds::offsets::{Offset, OffsetParam};
-use crate::streams::{is_json, media_type, ReadFrom, StreamMeta};
+use crate::service::{is_json, media_type, ReadFrom, StreamMeta};
 
 /// Frames buffered between the reading task and the connection.
 const FRAMES_BUFFERED_MAX: usize = 8;
@@ -133,7 +133,7 @@ async fn run(
     project: String,
     name: String,
     key: StreamKey,
-    first: crate::streams::ReadOutcome,
+    first: crate::service::ReadOutcome,
     mut cursor: Option<u64>,
     binary: bool,
     tx: mpsc::Sender<Bytes>,

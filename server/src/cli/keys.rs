@@ -7,10 +7,10 @@
 
 use std::io::Read;
 
-use crate::hex::encode as hex;
 use base64::Engine as _;
 use bytes::Bytes;
 use clap::{Args, Subcommand};
+use hex::encode as hex;
 use strata_segments::keys::{derive_page_key, derive_subkey, fingerprint};
 use strata_segments::{open_page, parse_header, PageCipher, StreamEpoch, StreamKey};
 
@@ -84,13 +84,7 @@ pub struct KeyAndEpoch {
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
     let text: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
+    hex::decode(text).ok()
 }
 
 fn epoch(text: &str) -> Result<StreamEpoch, KeysError> {

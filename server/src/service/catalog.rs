@@ -24,12 +24,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::service::names;
 use base64::Engine as _;
 use bytes::Bytes;
 use object_store::ObjectStore;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use strata_engine::layout;
 use strata_manifest::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
 
 /// Buckets per project (part of the format: changing it moves names).
@@ -91,7 +91,7 @@ impl CasCodec for BucketCodec {
     }
 
     fn write_token(value: &Bucket) -> [u8; 16] {
-        crate::hex::write_token(&value.write_token)
+        crate::service::write_token::write_token(&value.write_token)
     }
 }
 
@@ -237,7 +237,7 @@ impl Catalog {
     fn object(&self, project: &str, bucket: u16) -> CasObject<BucketCodec> {
         CasObject::new(
             self.store.clone(),
-            layout::catalog_bucket(project, bucket),
+            names::catalog_bucket(project, bucket),
             self.retry,
         )
     }
@@ -253,7 +253,7 @@ impl Catalog {
     /// Queues `change` on its bucket and returns once a CAS that includes it
     /// landed (or failed).
     async fn submit(&self, project: &str, change: Change) -> Result<(), CatalogWriteError> {
-        let bucket = layout::catalog_bucket_of(change.name(), BUCKETS);
+        let bucket = names::catalog_bucket_of(change.name(), BUCKETS);
         let writer = self.writer(project, bucket);
         let (tx, mut rx) = tokio::sync::oneshot::channel();
         writer.pending.lock().push((change, tx));
@@ -318,7 +318,7 @@ impl Catalog {
             let next = Bucket {
                 format: CATALOG_FORMAT,
                 entries,
-                write_token: crate::hex::encode(&self.entropy.bytes16()),
+                write_token: hex::encode(&self.entropy.bytes16()),
             };
             let written = match &current {
                 Some(c) => object.replace(c, next).await,
@@ -503,10 +503,10 @@ mod tests {
             Arc::new(strata_engine::SeededEntropy::new(4)),
         );
         // Three names of one bucket.
-        let bucket = layout::catalog_bucket_of("x0", BUCKETS);
+        let bucket = names::catalog_bucket_of("x0", BUCKETS);
         let same: Vec<String> = (0..1000)
             .map(|i| format!("x{i}"))
-            .filter(|n| layout::catalog_bucket_of(n, BUCKETS) == bucket)
+            .filter(|n| names::catalog_bucket_of(n, BUCKETS) == bucket)
             .take(3)
             .collect();
         assert_eq!(same.len(), 3);

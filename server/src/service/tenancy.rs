@@ -14,10 +14,9 @@
 //! PROJECT:TOKEN`, or a tokens file of `PROJECT TOKEN` lines (`#` comments).
 //! Lookups compare every configured token in constant time.
 
-use http::HeaderMap;
 use subtle::ConstantTimeEq;
 
-use crate::streams::DEFAULT_PROJECT;
+use super::limits::DEFAULT_PROJECT;
 
 /// Longest project name.
 pub const PROJECT_NAME_BYTES_MAX: usize = 64;
@@ -129,14 +128,13 @@ impl Tenancy {
         Ok(())
     }
 
-    /// The project of a request, from its bearer token.
-    pub fn project_of(&self, headers: &HeaderMap) -> Result<&str, Unauthorized> {
+    /// The project of a request, from its `Authorization` value (the HTTP
+    /// layer passes the header's text, if any): a `Bearer` token.
+    pub fn project_of(&self, authorization: Option<&str>) -> Result<&str, Unauthorized> {
         if self.tokens.is_empty() {
             return Ok(DEFAULT_PROJECT);
         }
-        let token = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
+        let token = authorization
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(Unauthorized)?;
         // Every configured token is compared, in constant time each.
@@ -154,23 +152,27 @@ impl Tenancy {
 mod tests {
     use super::*;
 
-    fn bearer(token: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert("authorization", format!("Bearer {token}").parse().unwrap());
-        h
+    fn bearer(token: &str) -> String {
+        format!("Bearer {token}")
     }
 
     #[test]
     fn tokens_name_projects() {
         let mut t = Tenancy::open();
-        assert_eq!(t.project_of(&HeaderMap::new()), Ok(DEFAULT_PROJECT));
+        assert_eq!(t.project_of(None), Ok(DEFAULT_PROJECT));
         t.add_pair("alpha:aaaaaaaaaaaaaaaa1").unwrap();
         t.add_file_text("f", "# comment\n\nbeta bbbbbbbbbbbbbbbb2\n")
             .unwrap();
-        assert_eq!(t.project_of(&bearer("aaaaaaaaaaaaaaaa1")), Ok("alpha"));
-        assert_eq!(t.project_of(&bearer("bbbbbbbbbbbbbbbb2")), Ok("beta"));
-        assert_eq!(t.project_of(&bearer("aaaaaaaaaaaaaaaa")), Err(Unauthorized));
-        assert_eq!(t.project_of(&HeaderMap::new()), Err(Unauthorized));
+        assert_eq!(
+            t.project_of(Some(&bearer("aaaaaaaaaaaaaaaa1"))),
+            Ok("alpha")
+        );
+        assert_eq!(t.project_of(Some(&bearer("bbbbbbbbbbbbbbbb2"))), Ok("beta"));
+        assert_eq!(
+            t.project_of(Some(&bearer("aaaaaaaaaaaaaaaa"))),
+            Err(Unauthorized)
+        );
+        assert_eq!(t.project_of(None), Err(Unauthorized));
     }
 
     #[test]

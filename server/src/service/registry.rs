@@ -16,12 +16,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::hex::decode as unhex;
+use super::write_token::decode as unhex;
+use crate::service::names;
 use bytes::Bytes;
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use strata_engine::layout;
 use strata_manifest::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
 
 /// Format version of descriptor objects.
@@ -79,7 +79,7 @@ pub struct Descriptor {
     pub fork_refs: u64,
     /// Watch definitions of a product collection (sorted by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub watches: Vec<crate::product::config::WatchDef>,
+    pub watches: Vec<crate::service::product::config::WatchDef>,
     pub state: StreamState,
     /// Random per write (the CAS write token).
     pub write_token: String,
@@ -162,7 +162,7 @@ impl CasCodec for DescriptorCodec {
     }
 
     fn write_token(value: &Descriptor) -> [u8; 16] {
-        crate::hex::write_token(&value.write_token)
+        crate::service::write_token::write_token(&value.write_token)
     }
 }
 
@@ -367,7 +367,7 @@ impl Registry {
         let entry = Arc::new(Entry {
             cas: CasObject::new(
                 self.store.clone(),
-                layout::stream_descriptor(project, name),
+                names::stream_descriptor(project, name),
                 self.retry,
             ),
             known: RwLock::new(Known::Unloaded),

@@ -8,26 +8,20 @@
 //! create, on any access, and once at start-up from a listing of the registry
 //! (so streams created before a restart are covered). It sleeps until the
 //! earliest deadline; no deadline, no wake-up, so an idle server makes no
-//! requests. At a deadline it asks [`Streams::expire_if_due`], which retires
+//! requests. At a deadline its task (`expiry::run`) asks `Streams::expire_if_due`, which retires
 //! the stream if it is due or answers its new deadline (a sliding TTL moves
 //! with every access), and the name is queued again for that.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Weak;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-
-use crate::streams::Streams;
 
 /// Names the queue holds at most; past it, new deadlines are dropped (those
 /// streams still expire on their next access) and a warning is logged.
 const QUEUE_NAMES_MAX: usize = 1 << 22;
 /// Names expired in one wake-up at most (the rest wait for the next turn).
 const BATCH_NAMES_MAX: usize = 1024;
-/// Wait before a name whose expiry check failed (store trouble) is retried.
-const RETRY_AFTER_MS: u64 = 30_000;
 
 type Name = (String, String);
 
@@ -41,7 +35,7 @@ struct Queue {
 #[derive(Default)]
 pub struct Reaper {
     queue: Mutex<Queue>,
-    wake: Notify,
+    pub(super) wake: Notify,
 }
 
 impl Reaper {
@@ -71,7 +65,7 @@ impl Reaper {
     }
 
     /// Due names (at most a batch), taken out of the queue.
-    fn take_due(&self, now_ms: u64) -> Vec<Name> {
+    pub(super) fn take_due(&self, now_ms: u64) -> Vec<Name> {
         let mut q = self.queue.lock();
         let mut out = Vec::new();
         while out.len() < BATCH_NAMES_MAX {
@@ -88,50 +82,12 @@ impl Reaper {
         out
     }
 
-    fn earliest_ms(&self) -> Option<u64> {
+    pub(super) fn earliest_ms(&self) -> Option<u64> {
         self.queue.lock().due.first().map(|(due, _, _)| *due)
     }
 
     pub fn queued(&self) -> usize {
         self.queue.lock().by_name.len()
-    }
-}
-
-/// Runs the reaper of `streams` until they are dropped.
-pub async fn run(streams: Weak<Streams>) {
-    loop {
-        let Some(strong) = streams.upgrade() else {
-            return;
-        };
-        let reaper = strong.reaper();
-        let now_ms = strong.now_ms();
-        for (project, name) in reaper.take_due(now_ms) {
-            match strong.expire_if_due(&project, &name).await {
-                Ok(Some(next_ms)) => reaper.schedule(next_ms, &project, &name),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(%project, %name, error = %e, "expiry check failed; retrying later");
-                    reaper.schedule(now_ms + RETRY_AFTER_MS, &project, &name);
-                }
-            }
-        }
-        let wait = reaper
-            .earliest_ms()
-            .map(|due| Duration::from_millis(due.saturating_sub(strong.now_ms())));
-        // Not held while waiting: the reaper must not keep the service alive.
-        drop(strong);
-        // A `schedule` between the look at the queue and this wait leaves a
-        // permit in `wake`, so it is never missed.
-        match wait {
-            Some(Duration::ZERO) => tokio::task::yield_now().await,
-            Some(wait) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = reaper.wake.notified() => {}
-                }
-            }
-            None => reaper.wake.notified().await,
-        }
     }
 }
 

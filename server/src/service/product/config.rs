@@ -233,7 +233,7 @@ impl CollectionConfig {
                         Some(Value::String(ct)) if valid_content_type(ct) => ct.clone(),
                         Some(_) => return bad("format.contentType must be a MIME type"),
                     };
-                    if crate::streams::is_json(&content_type) {
+                    if crate::service::is_json(&content_type) {
                         return bad("a JSON collection uses {\"kind\":\"json\"}");
                     }
                     Format::Bytes { content_type }

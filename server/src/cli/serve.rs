@@ -21,13 +21,13 @@ use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, ShardName, SystemClock};
 use tokio::net::TcpListener;
 
-use crate::tenancy::Tenancy;
+use crate::service::tenancy::Tenancy;
 use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
 use crate::http::{AppState, HttpConfig};
-use crate::registry::Registry;
-use crate::streams::{Streams, StreamsConfig};
+use crate::service::registry::Registry;
+use crate::service::{Streams, StreamsConfig};
 use crate::subscriptions::{SubscriptionObserver, Subscriptions};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +46,8 @@ pub enum ServeError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("starting the stream service: {0}")]
+    Service(#[from] crate::service::ServiceError),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -234,10 +236,10 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
 /// The tokens of `--auth-token`, `--project-token` and `--tokens-file`.
 fn tenancy(args: &ServeArgs) -> Result<Tenancy, ServeError> {
     let mut tenancy = Tenancy::open();
-    let usage = |e: crate::tenancy::TenancyError| ServeError::Usage(e.to_string());
+    let usage = |e: crate::service::tenancy::TenancyError| ServeError::Usage(e.to_string());
     for token in &args.auth_tokens {
         tenancy
-            .add(crate::streams::DEFAULT_PROJECT, token)
+            .add(crate::service::DEFAULT_PROJECT, token)
             .map_err(usage)?;
     }
     for pair in &args.project_tokens {
@@ -338,7 +340,7 @@ impl Server {
             chunk_cache: args.sealing.chunk_cache(local)?,
             ..ShardConfig::default()
         };
-        crate::topology::settle(&store, args.shards.max(1))
+        crate::service::topology::settle(&store, args.shards.max(1))
             .await
             .map_err(|e| ServeError::Usage(e.to_string()))?;
         let mut shards = Vec::new();
@@ -370,7 +372,7 @@ impl Server {
                 max_record_bytes: args.max_record_bytes,
                 ..StreamsConfig::default()
             },
-        ));
+        )?);
         let subscriptions =
             Subscriptions::open(streams.clone(), store.clone(), args.allow_loopback_webhooks)
                 .await
@@ -380,7 +382,7 @@ impl Server {
         ))));
         // Streams that expire while nobody touches them: their deadlines, from
         // the registry once now, then as they are created or used.
-        tokio::spawn(crate::reaper::run(Arc::downgrade(&streams)));
+        tokio::spawn(crate::service::run_reaper(Arc::downgrade(&streams)));
         streams.begin_startup_scan();
         {
             let streams = streams.clone();

@@ -57,7 +57,7 @@ impl CasCodec for TopologyCodec {
     }
 
     fn write_token(value: &Topology) -> [u8; 16] {
-        crate::hex::write_token(&value.write_token)
+        crate::service::write_token::write_token(&value.write_token)
     }
 }
 
@@ -65,7 +65,7 @@ impl CasCodec for TopologyCodec {
 pub async fn settle(store: &Arc<dyn ObjectStore>, shards: usize) -> Result<(), TopologyError> {
     let cas = CasObject::<TopologyCodec>::new(
         store.clone(),
-        strata_engine::layout::topology(),
+        crate::service::names::topology(),
         RetryPolicy::default(),
     );
     let stored = match cas.load().await.map_err(store_error)? {

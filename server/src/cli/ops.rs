@@ -21,8 +21,8 @@ use strata_engine::store::{open_store, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, ShardConfig, ShardName};
 use strata_manifest::{CasObject, RetryPolicy};
 
-use crate::registry::{Descriptor, DescriptorCodec};
-use crate::serve::S3Args;
+use crate::cli::serve::S3Args;
+use crate::service::registry::{Descriptor, DescriptorCodec};
 
 /// Exit code when verification found damage.
 pub const EXIT_DAMAGED: u8 = 3;
@@ -526,7 +526,7 @@ async fn inspect_stream(
     project: &str,
     name: &str,
 ) -> Result<StreamInspection, OpsError> {
-    let path = strata_engine::layout::stream_descriptor(project, name);
+    let path = crate::service::names::stream_descriptor(project, name);
     let registry_error = |reason: String| OpsError::Registry {
         what: path.to_string(),
         reason,

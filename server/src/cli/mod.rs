@@ -1,0 +1,82 @@
+//! The command line: `strata serve`, the operator commands for shards and
+//! streams (`ops`), stream keys (`keys`) and the benchmarks. Each command
+//! parses its arguments here and runs its room's code; `main.rs` only calls
+//! [`main`].
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::bench;
+
+pub mod keys;
+pub mod ops;
+pub mod serve;
+
+#[derive(Parser)]
+#[command(name = "strata", version, about = "Durable streams on object storage")]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Run the HTTP server.
+    Serve(Box<serve::ServeArgs>),
+    /// Benchmarks that print throughput, latency, store requests and memory.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Stream keys: generate, fingerprint, derive subkeys, open stored pages.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+    /// Operator tools for shards: list, inspect, verify (exit code 3: damage).
+    #[command(subcommand)]
+    Shard(ops::ShardCommand),
+    /// Operator tools for streams.
+    #[command(subcommand)]
+    Stream(ops::StreamCommand),
+}
+
+/// Runs the command of the process's arguments.
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,strata=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // TLS (S3, webhooks) uses rustls with the ring provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Commands::Shard(command) => return exit(ops::run_shard(command)),
+        Commands::Stream(command) => return exit(ops::run_stream(command)),
+        Commands::Serve(args) => serve::run(*args).map_err(|e| e.to_string()),
+        Commands::Bench(command) => bench::run(command).map_err(|e| e.to_string()),
+        Commands::Keys(command) => keys::run(command).map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The exit code of an operator command: its own on success, 2 on a usage
+/// error (as clap's), 1 on any other error.
+fn exit(result: Result<ExitCode, ops::OpsError>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            match e {
+                ops::OpsError::Usage(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}

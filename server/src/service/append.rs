@@ -1,0 +1,151 @@
+//! Appends and seals: the request path from a live descriptor to the
+//! engine's acknowledgement, bounded by the request's `StoreDeadline`.
+
+use std::sync::Arc;
+
+use strata_engine::{AppendKind, AppendRequest, EngineError};
+use strata_segments::StreamKey;
+
+use super::deadline::StoreDeadline;
+use super::error::ServiceError;
+use super::media::media_type;
+use super::model::{AppendOutcome, AppendResult, AppendSpec};
+use super::registry::Entry;
+use super::routing::stream_ref;
+use super::streams::Streams;
+
+impl Streams {
+    /// Appends, waiting at most until `deadline`: then the answer is
+    /// `OutcomeUnknown` while the append goes on (queued in the engine; its
+    /// acknowledgement is still followed by the access time and the
+    /// observers' notice, in a task of its own). Only the descriptor lookup
+    /// and the engine's answer can wait for the store; neither registers a
+    /// timer when it is ready at once.
+    pub async fn append(
+        &self,
+        project: &str,
+        name: &str,
+        spec: AppendSpec,
+        key: &StreamKey,
+        deadline: StoreDeadline,
+    ) -> Result<AppendOutcome, ServiceError> {
+        let (entry, desc) =
+            match tokio::time::timeout_at(deadline.at, self.live(project, name)).await {
+                Ok(found) => found?,
+                Err(_) => return Err(deadline.lookup_timed_out()),
+            };
+        let cipher = self.ciphers.cipher_for(&desc.value, key)?;
+        let stream = stream_ref(&desc.value)?;
+        let shard = self.shards.shard_for(&stream.id);
+        let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
+        let records = if let Some(records) = spec.records {
+            self.check_record_sizes(&records)?;
+            records
+        } else if spec.body.is_empty() {
+            Vec::new()
+        } else {
+            let matches = spec
+                .content_type
+                .as_deref()
+                .is_some_and(|ct| media_type(ct) == media_type(&desc.value.content_type));
+            if !matches {
+                // A closed stream answers as closed first.
+                if let Some(info) = shard.stream_info(&stream) {
+                    if info.tail.status == strata_engine::shard::StreamStatus::Closed {
+                        return Err(ServiceError::Closed {
+                            tail: base + info.tail.next_offset,
+                        });
+                    }
+                }
+                return Err(ServiceError::ContentTypeMismatch);
+            }
+            self.records_of(&desc.value.content_type, &spec.body, false)?
+        };
+        let appended_records = !records.is_empty();
+        let mut request = AppendRequest::new(stream, cipher, records);
+        request.routing_key = spec.routing_key;
+        request.producer = spec.producer;
+        request.stream_seq = spec.stream_seq;
+        request.close = spec.close;
+        let mut ticket = shard.start_append(request)?;
+        let answer = match tokio::time::timeout_at(deadline.at, &mut ticket).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.finish_detached(ticket, entry, project, name, appended_records);
+                return Err(deadline.write_timed_out());
+            }
+        };
+        let ack = answer.map_err(|e| match e {
+            EngineError::StreamClosed { next_offset } => ServiceError::Closed {
+                tail: base + next_offset,
+            },
+            other => other.into(),
+        })?;
+        entry.touch(self.now_ms());
+        if appended_records && ack.kind == AppendKind::Appended {
+            self.notify_appended(project, name);
+        }
+        let result = match ack.kind {
+            AppendKind::Appended => AppendResult::Appended,
+            AppendKind::Duplicate(mut state) => {
+                // Positions, like every offset this service answers.
+                state.first_offset += base;
+                state.next_offset += base;
+                AppendResult::Duplicate(state)
+            }
+            AppendKind::AlreadyClosed => AppendResult::AlreadyClosed,
+        };
+        Ok(AppendOutcome {
+            result,
+            tail: base + ack.next_offset,
+            closed: ack.closed,
+        })
+    }
+
+    /// Seals (closes) a stream without its key: idempotent, durable and
+    /// monotonic; the raw view shows it as `Stream-Closed`.
+    pub async fn seal(&self, project: &str, name: &str) -> Result<AppendOutcome, ServiceError> {
+        let (entry, desc) = self.live(project, name).await?;
+        let stream = stream_ref(&desc.value)?;
+        let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
+        let ack = self
+            .shards
+            .shard_for(&stream.id)
+            .close_stream_without_key(stream)
+            .await?;
+        entry.touch(self.now_ms());
+        Ok(AppendOutcome {
+            result: match ack.kind {
+                AppendKind::AlreadyClosed => AppendResult::AlreadyClosed,
+                _ => AppendResult::Appended,
+            },
+            tail: base + ack.next_offset,
+            closed: ack.closed,
+        })
+    }
+
+    /// The rest of an append whose request stopped waiting at its deadline:
+    /// once the engine answers, what an acknowledgement is followed by.
+    pub(super) fn finish_detached(
+        &self,
+        ticket: strata_engine::AppendTicket,
+        entry: Arc<Entry>,
+        project: &str,
+        name: &str,
+        appended_records: bool,
+    ) {
+        let clock = self.clock.clone();
+        let observer = self.observer.get().cloned();
+        let (project, name) = (project.to_string(), name.to_string());
+        tokio::spawn(async move {
+            if let Ok(ack) = ticket.await {
+                entry.touch(clock.now_ms());
+                if appended_records && ack.kind == AppendKind::Appended {
+                    if let Some(observer) = observer {
+                        observer.appended(&project, &name);
+                    }
+                }
+            }
+        });
+    }
+}

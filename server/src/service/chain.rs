@@ -1,0 +1,175 @@
+//! Fork chains: the levels a read of a stream walks (the stream, then its
+//! fork sources up to `FORK_DEPTH_MAX`), their durable tail, and the read
+//! across them. Positions are shared along a chain: a level's records live
+//! at `base..cap`.
+
+use std::sync::Arc;
+
+use strata_engine::{ReadLimits, Shard, StreamRef};
+use strata_manifest::Versioned;
+use strata_segments::{StreamCipher, StreamKey};
+
+use super::error::ServiceError;
+use super::limits::{FORK_DEPTH_MAX, READ_ROUNDS_MAX};
+use super::model::{KeyView, ReadRecord};
+use super::registry::{Descriptor, StreamState};
+use super::routing::stream_ref;
+use super::streams::Streams;
+
+/// A live stream resolved for one request.
+pub(super) struct Level {
+    pub(super) stream: StreamRef,
+    pub(super) shard: Shard,
+    pub(super) cipher: Arc<StreamCipher>,
+    pub(super) base: u64,
+    /// Positions at or above this belong to the level above (the fork).
+    pub(super) cap: u64,
+}
+
+impl Streams {
+    /// The levels a read of `desc` walks: the stream, then its fork sources.
+    pub(super) async fn chain(
+        &self,
+        project: &str,
+        desc: Arc<Versioned<Descriptor>>,
+        key: &StreamKey,
+    ) -> Result<Vec<Level>, ServiceError> {
+        let mut levels: Vec<Level> = Vec::new();
+        let mut current = desc;
+        let mut cap = u64::MAX;
+        for _ in 0..FORK_DEPTH_MAX {
+            let stream = stream_ref(&current.value)?;
+            let shard = self.shards.shard_for(&stream.id).clone();
+            let cipher = self.ciphers.cipher_for(&current.value, key)?;
+            let base = current.value.fork.as_ref().map_or(0, |f| f.base);
+            let origin = current.value.fork.clone();
+            levels.push(Level {
+                stream,
+                shard,
+                cipher,
+                base,
+                cap,
+            });
+            let Some(origin) = origin else {
+                return Ok(levels);
+            };
+            cap = base;
+            let source = self
+                .registry
+                .entry(project, &origin.source)
+                .load()
+                .await?
+                .filter(|s| {
+                    s.value.incarnation == origin.source_incarnation
+                        && s.value.state != StreamState::Deleted
+                })
+                .ok_or_else(|| ServiceError::Internal("a fork's source is gone".into()))?;
+            current = source;
+        }
+        Err(ServiceError::Internal("fork chain too deep".into()))
+    }
+
+    /// The durable tail position and closed flag of a chain's top level.
+    pub(super) fn tail_of(level: &Level) -> Result<(u64, bool), ServiceError> {
+        let info = level
+            .shard
+            .stream_info(&level.stream)
+            .ok_or(ServiceError::NotFound)?;
+        Ok((
+            level.base + info.tail.next_offset,
+            info.tail.status == strata_engine::shard::StreamStatus::Closed,
+        ))
+    }
+
+    /// Reads records of `routing_key` from `from` across the chain (deepest
+    /// source first). A fork inherits only its source's default key, so the
+    /// source levels are read for `""` alone. The returned position moves past
+    /// every record the read passed over, matching or not.
+    pub(super) async fn read_chain(
+        levels: &[Level],
+        from: u64,
+        tail: u64,
+        view: KeyView<'_>,
+    ) -> Result<(Vec<ReadRecord>, Vec<bool>, u64), ServiceError> {
+        let KeyView {
+            routing_key,
+            max_bytes,
+            max_records,
+        } = view;
+        let max_records = max_records.max(1);
+        let mut out = Vec::new();
+        let mut starts = Vec::new();
+        let mut position = from;
+        let mut bytes = 0usize;
+        let mut rounds = 0usize;
+        for (depth, level) in levels.iter().enumerate().rev() {
+            let end = if depth == 0 { tail } else { level.cap };
+            if position >= end {
+                continue;
+            }
+            if depth > 0 && !routing_key.is_empty() {
+                // Sources contribute only their default key.
+                position = end;
+                continue;
+            }
+            if position < level.base {
+                return Err(ServiceError::Internal(format!(
+                    "position {position} lies below fork base {} with nothing to read it from",
+                    level.base
+                )));
+            }
+            // Each round either returns records or moves `position` forward;
+            // a read that finds none of its key's records in READ_ROUNDS_MAX
+            // rounds answers an empty page whose position has moved on.
+            while position < end
+                && (out.is_empty() || (bytes < max_bytes && out.len() < max_records))
+            {
+                if rounds >= READ_ROUNDS_MAX {
+                    break;
+                }
+                rounds += 1;
+                let limits = ReadLimits {
+                    max_records: ((end - position).min(10_000) as usize)
+                        .min(max_records - out.len()),
+                    max_bytes: max_bytes.saturating_sub(bytes).max(1),
+                };
+                let batch = level
+                    .shard
+                    .read(
+                        &level.stream,
+                        position - level.base,
+                        limits,
+                        &level.cipher,
+                        Some(routing_key),
+                    )
+                    .await?;
+                let before = position;
+                let mut capped = false;
+                for record in batch.records {
+                    let at = level.base + record.offset;
+                    if at >= end || out.len() >= max_records {
+                        capped = true;
+                        break;
+                    }
+                    bytes += record.payload.len();
+                    starts.push(record.append_start);
+                    out.push(ReadRecord {
+                        payload: record.payload,
+                    });
+                    position = at + 1;
+                }
+                if !capped {
+                    position = position.max((level.base + batch.next_offset).min(end));
+                }
+                if position == before {
+                    break;
+                }
+            }
+            // Stopped early (page full, rounds spent): the rest waits.
+            if position < end {
+                break;
+            }
+        }
+        Ok((out, starts, position))
+    }
+}

@@ -1,0 +1,13 @@
+//! The service's bounds that more than one of its operations observe.
+
+use std::time::Duration;
+
+/// The project of the raw (Durable Streams) surface.
+pub const DEFAULT_PROJECT: &str = "default";
+/// Most levels a fork chain may have.
+pub const FORK_DEPTH_MAX: usize = 64;
+/// Engine reads one service read makes at most (each moves past at most
+/// about a page budget of other keys' records).
+pub const READ_ROUNDS_MAX: usize = 64;
+/// Longest a catalog listing waits for the start-up scan's repairs.
+pub const STARTUP_SCAN_WAIT_MAX: Duration = Duration::from_secs(10);

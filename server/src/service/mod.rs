@@ -1,0 +1,55 @@
+//! The service layer: what both HTTP surfaces do, without HTTP (no status
+//! codes, no headers, no request bodies; see docs/ARCHITECTURE.md). One module
+//! per concern:
+//!
+//! * `streams` — the [`Streams`] type and the lookup every operation starts
+//!   with; its operations one per file: `create`, `append`, `read`, `fork` and
+//!   `chain` (fork chains and reads across them), `retire` (delete), `expiry`
+//!   and `reaper` (TTL and `Expires-At`), `listing` (the catalog's entries and
+//!   pages), `startup` (the start-up scan and the catalog's repair);
+//! * `routing` (stream → shard), `cipher` (the cipher cache and key check);
+//! * `registry` (descriptors, CAS), `catalog` (listing buckets, CAS),
+//!   `topology` (the shard count), `names` (every server object's name);
+//! * `product` — the product surface's configuration and cursors;
+//! * `model`, `error`, `deadline`, `media`, `limits` — the values the
+//!   operations take and answer.
+
+pub mod catalog;
+pub mod names;
+pub mod product;
+pub mod registry;
+pub mod tenancy;
+pub mod topology;
+pub mod write_token;
+
+mod append;
+mod chain;
+mod cipher;
+mod create;
+mod deadline;
+mod error;
+mod expiry;
+mod fork;
+mod limits;
+mod listing;
+mod media;
+mod model;
+mod read;
+mod reaper;
+mod retire;
+mod routing;
+mod startup;
+mod streams;
+
+pub use deadline::StoreDeadline;
+pub use error::ServiceError;
+pub use expiry::run as run_reaper;
+pub use limits::DEFAULT_PROJECT;
+pub use media::{is_json, media_type};
+pub use model::{
+    AppendOutcome, AppendResult, AppendSpec, CreateMode, CreateOutcome, CreateSpec, Expiry,
+    ForkSpec, KeyView, ReadFrom, ReadOutcome, ReadRecord, StartupScan, StreamMeta, StreamObserver,
+    StreamsConfig,
+};
+pub use reaper::Reaper;
+pub use streams::Streams;

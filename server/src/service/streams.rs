@@ -1,0 +1,134 @@
+//! The stream service: what both HTTP surfaces do to streams, without HTTP.
+//!
+//! `Streams` composes the registry (descriptors), the engine's shards
+//! (records, via `routing`), the key check and cipher cache (`cipher`), forks
+//! (`fork`, `chain`: a fork reads its source chain up to its base, then its
+//! own records; positions are shared with the source), sliding TTL and
+//! absolute expiry (evaluated at request time to the millisecond; `expiry`,
+//! `retire`), and soft deletion while forks still read through a stream. Its
+//! operations live one concern per file beside this one (create, append,
+//! read, listing, startup); this file holds the type, its construction and
+//! the lookup every operation starts with ([`Streams::live`]).
+//!
+//! Positions: a stream's records live at positions `base..tail`, where `base`
+//! is 0 for a stream and the fork point for a fork; engine offsets of a stream
+//! are positions minus its base.
+
+use std::sync::Arc;
+
+use strata_engine::Shard;
+use strata_manifest::Versioned;
+
+use super::catalog::Catalog;
+use super::cipher::CipherCache;
+use super::error::ServiceError;
+use super::model::{StreamObserver, StreamsConfig};
+use super::reaper::Reaper;
+use super::registry::Registry;
+use super::registry::{Descriptor, Entry, StreamState};
+use super::routing::ShardRouter;
+use std::sync::OnceLock;
+use strata_engine::{Clock, Entropy};
+
+/// The stream service; see the module header.
+pub struct Streams {
+    pub(super) registry: Registry,
+    pub(super) catalog: Catalog,
+    pub(super) shards: ShardRouter,
+    pub(super) ciphers: CipherCache,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) entropy: Arc<dyn Entropy>,
+    pub(super) config: StreamsConfig,
+    pub(super) observer: OnceLock<Arc<dyn StreamObserver>>,
+    /// Deadlines of streams that expire (see `reaper`).
+    pub(super) reaper: Arc<Reaper>,
+    /// False from [`Streams::begin_startup_scan`] until the scan ended:
+    /// catalog listings wait for it (see [`Streams::startup_scanned`]).
+    pub(super) startup_scanned: tokio::sync::watch::Sender<bool>,
+}
+
+impl Streams {
+    pub fn new(
+        registry: Registry,
+        shards: Vec<Shard>,
+        clock: Arc<dyn Clock>,
+        entropy: Arc<dyn Entropy>,
+        config: StreamsConfig,
+    ) -> Result<Self, ServiceError> {
+        let shards = ShardRouter::new(shards)?;
+        let (store, retry) = registry.store();
+        Ok(Streams {
+            catalog: Catalog::new(store, retry, entropy.clone()),
+            registry,
+            shards,
+            ciphers: CipherCache::default(),
+            clock,
+            entropy,
+            config,
+            observer: OnceLock::new(),
+            reaper: Arc::new(Reaper::default()),
+            startup_scanned: tokio::sync::watch::Sender::new(true),
+        })
+    }
+
+    pub fn reaper(&self) -> Arc<Reaper> {
+        self.reaper.clone()
+    }
+
+    /// Queues the expiry of a live descriptor that has one.
+    pub(super) fn schedule_expiry(&self, project: &str, desc: &Descriptor, last_access_ms: u64) {
+        if let Some(due_ms) = desc.expiry_deadline_ms(last_access_ms) {
+            self.reaper.schedule(due_ms, project, &desc.name);
+        }
+    }
+
+    pub fn set_observer(&self, observer: Arc<dyn StreamObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub fn random_bytes16(&self) -> [u8; 16] {
+        self.entropy.bytes16()
+    }
+
+    /// The live descriptor of a name, expiring it first if its time is up.
+    pub(super) async fn live(
+        &self,
+        project: &str,
+        name: &str,
+    ) -> Result<(Arc<Entry>, Arc<Versioned<Descriptor>>), ServiceError> {
+        let entry = self.registry.entry(project, name);
+        let desc = entry.load().await?.ok_or(ServiceError::NotFound)?;
+        match desc.value.state {
+            StreamState::Deleted => return Err(ServiceError::NotFound),
+            StreamState::SoftDeleted => return Err(ServiceError::Gone),
+            StreamState::Live => {}
+        }
+        if desc.value.expired_at(self.now_ms(), entry.last_access_ms()) {
+            let _guard = entry.changes.lock().await;
+            if let Some(current) = entry.load().await? {
+                if current.value.is_live() {
+                    self.retire(project, &entry, &current).await?;
+                }
+            }
+            return Err(ServiceError::NotFound);
+        }
+        self.schedule_expiry(project, &desc.value, entry.last_access_ms());
+        Ok((entry, desc))
+    }
+
+    pub(super) fn notify_appended(&self, project: &str, name: &str) {
+        if let Some(observer) = self.observer.get() {
+            observer.appended(project, name);
+        }
+    }
+
+    pub(super) fn notify_deleted(&self, project: &str, name: &str) {
+        if let Some(observer) = self.observer.get() {
+            observer.deleted(project, name);
+        }
+    }
+}
