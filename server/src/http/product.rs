@@ -23,16 +23,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use percent_encoding::percent_decode;
 use serde_json::{json, Value};
-use strata_engine::{ProducerClaim, WaitOutcome};
+use strata_engine::ProducerClaim;
 use strata_segments::StreamKey;
-use tokio::sync::mpsc;
 
-use super::raw::ProducerHeaders;
-use super::{full, read_body, ApiError, ApiResult, AppState, Body};
+use super::common::{
+    ascii_header, decode_stream_name, empty, full, producer_headers, read_body, render, set,
+    ApiError, ApiResult, AppState, Body, ProducerHeaders,
+};
+use super::live::{self, is_binary, LiveRead, Pace, SseFraming};
 use crate::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 use crate::ds::json::{self, TopLevel};
 use crate::product::config::{CollectionConfig, ExpiryConfig, CONFIG_BYTES_MAX};
@@ -187,7 +188,7 @@ fn split_target(rest: &str) -> Result<(&str, Target), ApiError> {
 /// Decodes and validates a collection name.
 pub fn collection_name(raw: &str) -> Result<String, ApiError> {
     let invalid = |why: &str| bad("invalid_name", format!("invalid collection name: {why}"));
-    let name = super::decode_stream_name(raw, NAME_BYTES_MAX).map_err(|why| invalid(&why))?;
+    let name = decode_stream_name(raw, NAME_BYTES_MAX).map_err(|why| invalid(&why.to_string()))?;
     let last = name.rsplit('/').next().unwrap_or("");
     if RESERVED_LAST_SEGMENTS.contains(&last) {
         return Err(invalid(
@@ -222,7 +223,7 @@ fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> 
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
-    super::ascii_header(headers, name, "invalid_header").map_err(ApiError::product)
+    ascii_header(headers, name, "invalid_header").map_err(ApiError::product)
 }
 
 fn stream_key(headers: &HeaderMap) -> Result<StreamKey, ApiError> {
@@ -259,7 +260,7 @@ fn routing_key_bytes(bytes: &[u8]) -> Result<Bytes, ApiError> {
 }
 
 fn producer(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
-    let parsed = super::raw::producer_headers(headers)
+    let parsed = producer_headers(headers)
         .map_err(|e| error(StatusCode::BAD_REQUEST, "invalid_producer", e.message))?;
     if parsed
         .as_ref()
@@ -498,12 +499,6 @@ fn json_response(status: StatusCode, value: Value) -> Response<Body> {
     response
 }
 
-fn set(response: &mut Response<Body>, name: &'static str, value: impl AsRef<str>) {
-    if let Ok(v) = HeaderValue::from_str(value.as_ref()) {
-        response.headers_mut().insert(name, v);
-    }
-}
-
 /// The metadata document of a collection.
 pub fn metadata_json(meta: &StreamMeta) -> Value {
     let mut doc = json!({
@@ -552,7 +547,7 @@ pub async fn handle(
                         })
                         .await
                         .map_err(service_error)?;
-                    let mut response = Response::new(super::empty());
+                    let mut response = Response::new(empty());
                     *response.status_mut() = StatusCode::NO_CONTENT;
                     set(&mut response, "cache-control", "no-store");
                     Ok(response)
@@ -952,6 +947,7 @@ async fn seal(
 // -------------------------------------------------------------------- reads
 
 /// One key read's fixed parts.
+#[derive(Clone)]
 struct ReadCall {
     project: String,
     name: String,
@@ -1001,7 +997,7 @@ fn page_headers(response: &mut Response<Body>, scope: &CursorScope<'_>, outcome:
 }
 
 fn page_response(scope: &CursorScope<'_>, outcome: &ReadOutcome) -> Response<Body> {
-    let mut response = Response::new(full(super::raw::render(&outcome.content_type, outcome)));
+    let mut response = Response::new(full(render(&outcome.content_type, outcome)));
     set(&mut response, "content-type", &outcome.content_type);
     page_headers(&mut response, scope, outcome);
     response
@@ -1052,45 +1048,6 @@ async fn read(
     }
 }
 
-/// Reads from `outcome.next` until records of the key arrive, the collection
-/// is sealed and read to its end, or `wait` passes. Appends of other keys
-/// wake the wait; they are read past and the wait goes on.
-async fn next_records(
-    state: &AppState,
-    call: &ReadCall,
-    mut outcome: ReadOutcome,
-    wait: Duration,
-) -> Result<ReadOutcome, ApiError> {
-    let deadline = tokio::time::Instant::now() + wait;
-    // Each round either moves the position forward or waits for an append.
-    while outcome.records.is_empty() && !outcome.at_end() {
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            break;
-        }
-        if outcome.up_to_date() {
-            let wait = state
-                .streams
-                .wait(&call.project, &call.name, outcome.next, deadline - now);
-            // The wait's own bound, and the store's should its lookup need it.
-            let waited = state
-                .bounded(state.deadline() + (deadline - now), wait)
-                .await
-                .map_err(service_error)?;
-            if let WaitOutcome::TimedOut { .. } = waited {
-                break;
-            }
-        }
-        let before = outcome.next;
-        outcome = call.read(state, ReadFrom::Position(before)).await?;
-        if outcome.records.is_empty() && !outcome.up_to_date() && outcome.next == before {
-            // No progress and nothing to wait for: answer, never spin.
-            break;
-        }
-    }
-    Ok(outcome)
-}
-
 async fn long_poll(
     state: &Arc<AppState>,
     call: &ReadCall,
@@ -1099,19 +1056,70 @@ async fn long_poll(
     wait: Duration,
 ) -> ApiResult {
     let _slot = state.live_slot(LIVE_CAPACITY_CODE)?;
-    let outcome = next_records(state, call, first, wait).await?;
+    let outcome = live::long_poll(state, call, first, Pace::product(wait)).await?;
     let scope = call.scope(epoch);
     if !outcome.records.is_empty() {
         return Ok(page_response(&scope, &outcome));
     }
-    let mut response = Response::new(super::empty());
+    let mut response = Response::new(empty());
     *response.status_mut() = StatusCode::NO_CONTENT;
     page_headers(&mut response, &scope, &outcome);
     Ok(response)
 }
 
-/// Frames buffered between the reading task and the connection.
-const SSE_FRAMES_BUFFERED_MAX: usize = 8;
+impl LiveRead for ReadCall {
+    fn project(&self) -> &str {
+        &self.project
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, state: &AppState, from: ReadFrom) -> Result<ReadOutcome, ApiError> {
+        ReadCall::read(self, state, from).await
+    }
+
+    fn error(&self, e: ServiceError) -> ApiError {
+        service_error(e)
+    }
+}
+
+/// The product's events: after every read a control
+/// `{"nextCursor","upToDate"?,"sealed"?}`; the response ends at the sealed
+/// collection's end, at `waitMs`, or when nothing moves.
+struct ProductFraming {
+    call: ReadCall,
+    epoch: [u8; 16],
+    binary: bool,
+}
+
+impl SseFraming for ProductFraming {
+    const CACHE_CONTROL: &'static str = "no-store";
+
+    fn binary(&self) -> bool {
+        self.binary
+    }
+
+    fn events(&mut self, _state: &AppState, outcome: &ReadOutcome, out: &mut Vec<u8>) {
+        let scope = self.call.scope(self.epoch);
+        if !outcome.records.is_empty() {
+            live::data_event(out, outcome, self.binary);
+        }
+        let mut control = json!({ "nextCursor": scope.encode(outcome.next) });
+        if outcome.up_to_date() {
+            control["upToDate"] = Value::Bool(true);
+        }
+        if outcome.at_end() {
+            control["sealed"] = Value::Bool(true);
+        }
+        live::control_event(out, control);
+    }
+
+    fn keep_alive(&mut self, _state: &AppState, _position: u64, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+}
 
 async fn sse(
     state: Arc<AppState>,
@@ -1121,69 +1129,17 @@ async fn sse(
     wait: Duration,
 ) -> ApiResult {
     let slot = state.live_slot(LIVE_CAPACITY_CODE)?;
-    let binary = super::sse::is_binary(&first.content_type);
-    let (tx, mut rx) = mpsc::channel::<Bytes>(SSE_FRAMES_BUFFERED_MAX);
-    tokio::spawn(async move {
-        let _slot = slot;
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut outcome = first;
-        // Bounded by the deadline: each round sends a frame or waits.
-        loop {
-            let scope = call.scope(epoch);
-            let mut frame = Vec::new();
-            if !outcome.records.is_empty() {
-                let payload = super::raw::render(&outcome.content_type, &outcome);
-                if binary {
-                    use base64::Engine as _;
-                    let encoded = base64::engine::general_purpose::STANDARD.encode(&payload);
-                    super::sse::data_event(&mut frame, encoded.as_bytes());
-                } else {
-                    super::sse::data_event(&mut frame, &payload);
-                }
-            }
-            let mut control = json!({ "nextCursor": scope.encode(outcome.next) });
-            if outcome.up_to_date() {
-                control["upToDate"] = Value::Bool(true);
-            }
-            if outcome.at_end() {
-                control["sealed"] = Value::Bool(true);
-            }
-            super::sse::control_event(&mut frame, control);
-            if tx.send(Bytes::from(frame)).await.is_err() || outcome.at_end() {
-                return;
-            }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            let next = outcome.next;
-            let after = tokio::select! {
-                after = next_records(&state, &call, ReadOutcome { records: Vec::new(), ..outcome }, left) => after,
-                _ = tx.closed() => return,
-            };
-            outcome = match after {
-                Ok(o) if o.records.is_empty() && !o.at_end() && o.next == next => return,
-                Ok(o) => o,
-                Err(_) => return,
-            };
-        }
-    });
-    let stream = futures::StreamExt::map(
-        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)),
-        |bytes| Ok::<_, std::convert::Infallible>(Frame::data(bytes)),
-    );
-    let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
-    let h = response.headers_mut();
-    h.insert(
-        "content-type",
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert("cache-control", HeaderValue::from_static("no-store"));
-    if binary {
-        h.insert(
-            "stream-sse-data-encoding",
-            HeaderValue::from_static("base64"),
-        );
-    }
-    Ok(response)
+    let framing = ProductFraming {
+        call: call.clone(),
+        epoch,
+        binary: is_binary(&first.content_type),
+    };
+    Ok(live::sse(
+        state,
+        slot,
+        call,
+        framing,
+        first,
+        Pace::product(wait),
+    ))
 }

@@ -8,21 +8,26 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::HeaderValue;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
-use strata_engine::{ProducerClaim, WaitOutcome};
+use strata_engine::ProducerClaim;
 use strata_segments::StreamKey;
+use strata_wal::MAX_STREAM_SEQ_BYTES;
 
-use super::{empty, full, read_body, sse, ApiError, ApiResult, AppState, Body};
+pub use super::common::ProducerHeaders;
+use super::common::{
+    ascii_header, decode_stream_name, empty, full, producer_headers, read_body, render, set,
+    with_status, ApiError, ApiResult, AppState, Body,
+};
+use super::live::{self, is_binary, LiveRead, Pace, SseFraming};
 use crate::ds::cursor::next_cursor;
 use crate::ds::json;
 use crate::ds::offsets::{Offset, OffsetParam};
 use crate::product::{request_hash, Operation};
 use crate::streams::{
     is_json, media_type, AppendResult, AppendSpec, CreateMode, CreateSpec, Expiry, ForkSpec,
-    ReadFrom, ReadOutcome,
+    ReadFrom, ReadOutcome, ServiceError, StreamMeta,
 };
 
 /// What a request to `/v1/stream/{name}` asks for, as its method, headers and
@@ -60,14 +65,6 @@ pub struct AppendRequest {
     pub producer: Option<ProducerHeaders>,
 }
 
-/// An idempotent producer's headers (its claim also needs the body's digest).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProducerHeaders {
-    pub id: String,
-    pub epoch: u64,
-    pub seq: u64,
-}
-
 /// A read (`GET`). A missing or deleted stream answers as such before the
 /// query and the key are judged, so both are kept as results.
 #[derive(Debug)]
@@ -103,10 +100,10 @@ pub fn parse_stream_op(
 }
 
 pub const PREFIX: &str = "/v1/stream/";
+/// The raw route's name for a spent live-connection budget.
+const LIVE_CAPACITY_CODE: &str = "live_capacity";
 /// Longest stream name, in bytes.
 pub const MAX_NAME_BYTES: usize = 1024;
-/// Producer epochs and sequences stay JavaScript-safe integers.
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Characters escaped when a name goes back into a URL (`/` is kept).
 const NAME_ESCAPES: &AsciiSet = &CONTROLS
@@ -123,7 +120,7 @@ const NAME_ESCAPES: &AsciiSet = &CONTROLS
 
 /// Decodes and validates the stream name in a request path.
 pub fn stream_name(raw: &str) -> Result<String, ApiError> {
-    super::decode_stream_name(raw, MAX_NAME_BYTES)
+    decode_stream_name(raw, MAX_NAME_BYTES)
         .map_err(|why| ApiError::bad_request(format!("invalid stream name: {why}")))
 }
 
@@ -154,7 +151,7 @@ mod tests {
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
-    super::ascii_header(headers, name, "bad_request")
+    ascii_header(headers, name, "bad_request")
 }
 
 fn is_true(headers: &HeaderMap, name: &str) -> bool {
@@ -191,18 +188,6 @@ fn stream_key(
             )
         }),
     }
-}
-
-fn set(response: &mut Response<Body>, name: &'static str, value: impl AsRef<str>) {
-    if let Ok(v) = HeaderValue::from_str(value.as_ref()) {
-        response.headers_mut().insert(name, v);
-    }
-}
-
-fn with_status(status: StatusCode, body: Body) -> Response<Body> {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    response
 }
 
 pub async fn handle(
@@ -379,56 +364,19 @@ async fn create(
     Ok(response)
 }
 
-pub(crate) fn producer_headers(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
-    // An id is UTF-8 (not only ASCII); the numbers are ASCII digits.
-    let id = match headers.get("producer-id") {
-        None => None,
-        Some(v) => Some(
-            std::str::from_utf8(v.as_bytes())
-                .map_err(|_| ApiError::bad_request("Producer-Id must be UTF-8"))?,
-        ),
-    };
-    let epoch = header(headers, "producer-epoch")?;
-    let seq = header(headers, "producer-seq")?;
-    let (id, epoch, seq) = match (id, epoch, seq) {
-        (None, None, None) => return Ok(None),
-        (Some(id), Some(epoch), Some(seq)) => (id, epoch, seq),
-        _ => {
-            return Err(ApiError::bad_request(
-                "Producer-Id, Producer-Epoch and Producer-Seq go together",
-            ))
-        }
-    };
-    if id.is_empty() {
-        return Err(ApiError::bad_request("Producer-Id must not be empty"));
-    }
-    if id.len() > 256 {
-        return Err(ApiError::bad_request(
-            "Producer-Id is longer than 256 bytes",
-        ));
-    }
-    let number = |text: &str, what: &str| {
-        text.trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n <= MAX_SAFE_INTEGER && text.trim().bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| ApiError::bad_request(format!("{what} must be a non-negative integer")))
-    };
-    Ok(Some(ProducerHeaders {
-        id: id.to_string(),
-        epoch: number(epoch, "Producer-Epoch")?,
-        seq: number(seq, "Producer-Seq")?,
-    }))
-}
-
 fn parse_append(
     headers: &HeaderMap,
     dev_default_key: Option<&StreamKey>,
 ) -> Result<AppendRequest, ApiError> {
     let close = is_true(headers, "stream-closed");
     let stream_seq = header(headers, "stream-seq")?.map(|s| Bytes::copy_from_slice(s.as_bytes()));
-    if stream_seq.as_ref().is_some_and(|s| s.len() > 256) {
-        return Err(ApiError::bad_request("Stream-Seq is longer than 256 bytes"));
+    if stream_seq
+        .as_ref()
+        .is_some_and(|s| s.len() > MAX_STREAM_SEQ_BYTES)
+    {
+        return Err(ApiError::bad_request(format!(
+            "Stream-Seq is longer than {MAX_STREAM_SEQ_BYTES} bytes"
+        )));
     }
     let content_type = header(headers, "content-type")?.map(str::to_string);
     // Producer headers are validated before the body is even read.
@@ -620,33 +568,16 @@ fn read_from(offset: Option<OffsetParam>) -> ReadFrom {
     }
 }
 
-/// The body of a read: the JSON array of the records, or their bytes.
-pub fn render(content_type: &str, outcome: &ReadOutcome) -> Bytes {
-    if is_json(content_type) {
-        return Bytes::from(json::array_of(
-            outcome.records.iter().map(|r| r.payload.as_ref()),
-        ));
-    }
-    match outcome.records.as_slice() {
-        [] => Bytes::new(),
-        [one] => one.payload.clone(),
-        many => {
-            let mut out = Vec::with_capacity(many.iter().map(|r| r.payload.len()).sum());
-            for r in many {
-                out.extend_from_slice(&r.payload);
-            }
-            Bytes::from(out)
-        }
-    }
+/// A fresh `Stream-Cursor` value after the client's `cursor=` (one
+/// entropy draw, then the clock).
+fn fresh_cursor(state: &AppState, client: Option<u64>) -> u64 {
+    let [a, b, c, d, e, f, g, h, ..] = state.streams.random_bytes16();
+    let random = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
+    next_cursor(state.streams.now_ms(), client, random)
 }
 
 fn cursor_header(state: &AppState, client: Option<u64>) -> String {
-    let random = u64::from_le_bytes(
-        state.streams.random_bytes16()[..8]
-            .try_into()
-            .expect("8 bytes"),
-    );
-    next_cursor(state.streams.now_ms(), client, random).to_string()
+    fresh_cursor(state, client).to_string()
 }
 
 fn read_response(outcome: &ReadOutcome, tail_read: bool) -> Response<Body> {
@@ -705,7 +636,7 @@ async fn read(
     match query.live {
         Some(Live::Sse) => {
             let offset = query.offset.unwrap_or(OffsetParam::Start);
-            sse::serve(state, project, name, meta, offset, query.cursor, key).await
+            sse(state, project, name, meta, offset, query.cursor, key).await
         }
         Some(Live::LongPoll) => {
             long_poll(
@@ -752,25 +683,18 @@ async fn long_poll(
     cursor: Option<u64>,
     key: StreamKey,
 ) -> ApiResult {
-    let _slot = state.live_slot("live_capacity")?;
-    let streams = &state.streams;
+    let _slot = state.live_slot(LIVE_CAPACITY_CODE)?;
     // The reads are bounded by the store deadline; the wait for new records
     // in between (in memory) by the long-poll timeout (and, should its
     // lookup need the store, by both).
-    let mut outcome = state
-        .bounded(state.deadline(), streams.read(project, &name, from, &key))
-        .await?;
-    if outcome.records.is_empty() && !outcome.closed {
-        let timeout = state.config.long_poll_timeout;
-        let wait = streams.wait(project, &name, outcome.next, timeout);
-        let waited = state.bounded(state.deadline() + timeout, wait).await?;
-        if let WaitOutcome::Ready { .. } = waited {
-            let from = ReadFrom::Position(outcome.next);
-            outcome = state
-                .bounded(state.deadline(), streams.read(project, &name, from, &key))
-                .await?;
-        }
-    }
+    let reader = RawReader {
+        project: project.to_string(),
+        name,
+        key,
+    };
+    let first = reader.read(&state, from).await?;
+    let pace = Pace::raw_long_poll(state.config.long_poll_timeout);
+    let outcome = live::long_poll(&state, &reader, first, pace).await?;
     if !outcome.records.is_empty() {
         let mut response = read_response(&outcome, false);
         set(
@@ -797,4 +721,156 @@ async fn long_poll(
         );
     }
     Ok(response)
+}
+
+/// A raw live reader: the default routing key's view of one stream.
+struct RawReader {
+    project: String,
+    name: String,
+    key: StreamKey,
+}
+
+impl LiveRead for RawReader {
+    fn project(&self) -> &str {
+        &self.project
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, state: &AppState, from: ReadFrom) -> Result<ReadOutcome, ApiError> {
+        let read = state
+            .streams
+            .read(&self.project, &self.name, from, &self.key);
+        Ok(state.bounded(state.deadline(), read).await?)
+    }
+
+    fn error(&self, e: ServiceError) -> ApiError {
+        ApiError::from(e)
+    }
+}
+
+/// The raw route's events: after every batch (and once at the start) a
+/// control `{"streamNextOffset","streamCursor","upToDate"?}`; at a closed
+/// stream's end `{"streamNextOffset","streamClosed":true}` (then the
+/// response ends); a keep-alive control at the tail each long-poll timeout.
+struct RawFraming {
+    binary: bool,
+    cursor: Option<u64>,
+    first_round: bool,
+}
+
+impl SseFraming for RawFraming {
+    const CACHE_CONTROL: &'static str = "no-cache";
+
+    fn binary(&self) -> bool {
+        self.binary
+    }
+
+    fn events(&mut self, state: &AppState, outcome: &ReadOutcome, out: &mut Vec<u8>) {
+        if !outcome.records.is_empty() {
+            live::data_event(out, outcome, self.binary);
+        }
+        let next = Offset(outcome.next).to_string();
+        if outcome.at_end() {
+            live::control_event(
+                out,
+                serde_json::json!({"streamNextOffset": next, "streamClosed": true}),
+            );
+            return;
+        }
+        if !outcome.records.is_empty() || self.first_round {
+            let value = fresh_cursor(state, self.cursor);
+            self.cursor = Some(value);
+            let mut control = serde_json::json!({
+                "streamNextOffset": next,
+                "streamCursor": value.to_string(),
+            });
+            if outcome.up_to_date() {
+                control["upToDate"] = serde_json::Value::Bool(true);
+            }
+            live::control_event(out, control);
+        }
+        self.first_round = false;
+    }
+
+    fn keep_alive(&mut self, state: &AppState, position: u64, out: &mut Vec<u8>) -> bool {
+        // The position, still up to date.
+        let value = fresh_cursor(state, self.cursor);
+        self.cursor = Some(value);
+        live::control_event(
+            out,
+            serde_json::json!({
+                "streamNextOffset": Offset(position).to_string(),
+                "streamCursor": value.to_string(),
+                "upToDate": true,
+            }),
+        );
+        true
+    }
+}
+
+async fn sse(
+    state: Arc<AppState>,
+    project: &str,
+    name: String,
+    meta: StreamMeta,
+    offset: OffsetParam,
+    cursor: Option<u64>,
+    key: StreamKey,
+) -> ApiResult {
+    let slot = state.live_slot(LIVE_CAPACITY_CODE)?;
+    let reader = RawReader {
+        project: project.to_string(),
+        name,
+        key,
+    };
+    // Validate the start (offset beyond the tail, wrong key) before streaming.
+    let first = reader.read(&state, read_from(Some(offset))).await?;
+    let framing = RawFraming {
+        binary: is_binary(&meta.content_type),
+        cursor,
+        first_round: true,
+    };
+    let pace = Pace::raw_sse(state.config.long_poll_timeout);
+    Ok(live::sse(state, slot, reader, framing, first, pace))
+}
+
+/// The raw (Durable Streams) surface's answer to a service error.
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let code = match &e {
+            ServiceError::NotFound => "not_found",
+            ServiceError::Gone => "gone",
+            ServiceError::Conflict(_) | ServiceError::RetainedForForks => "conflict",
+            ServiceError::ContentTypeMismatch => "content_type_mismatch",
+            ServiceError::Closed { .. } => "stream_closed",
+            ServiceError::SeqConflict => "seq_conflict",
+            ServiceError::ProducerStale { .. } => "producer_stale_epoch",
+            ServiceError::ProducerGap { .. } => "producer_seq_gap",
+            ServiceError::ProducerEpochSeq => "producer_epoch_seq",
+            ServiceError::WrongKey => "wrong_key",
+            ServiceError::BadRequest(_) => "bad_request",
+            ServiceError::TooLarge { .. } => "record_too_large",
+            ServiceError::Overloaded => "overloaded",
+            ServiceError::Unavailable(_) => "unavailable",
+            ServiceError::OutcomeUnknown(_) => "outcome_unknown",
+            ServiceError::Internal(_) => "internal",
+        };
+        let error = ApiError::from_service(&e, code);
+        match e {
+            ServiceError::Closed { tail } => error.header("stream-closed", "true").header(
+                "stream-next-offset",
+                crate::ds::offsets::Offset(tail).to_string(),
+            ),
+            ServiceError::ProducerStale { current_epoch } => {
+                error.header("producer-epoch", current_epoch.to_string())
+            }
+            ServiceError::ProducerGap { expected, received } => error
+                .header("producer-expected-seq", expected.to_string())
+                .header("producer-received-seq", received.to_string()),
+            _ => error,
+        }
+    }
 }
