@@ -1,0 +1,22 @@
+//! What both HTTP surfaces share (docs/ARCHITECTURE.md, "The HTTP layer"):
+//! the server state a handler reaches ([`state`]), the error answer and the
+//! one table from service errors to status codes ([`error`]), request
+//! reading — bounded bodies, header text, stream names, producer headers
+//! ([`request`]) — and response building — bodies, the headers every answer
+//! carries, the CORS preflight, record rendering ([`response`]).
+//!
+//! Nothing here knows a route: the router and the surfaces import this
+//! module, never the other way round.
+
+pub mod error;
+pub mod request;
+pub mod response;
+pub mod state;
+
+pub use error::{ApiError, ApiResult};
+pub use request::{
+    ascii_header, decode_stream_name, producer_headers, read_body, NameError, ProducerHeaders,
+    MAX_SAFE_INTEGER,
+};
+pub use response::{common_headers, empty, full, preflight, render, set, with_status, Body};
+pub use state::{AppState, HttpConfig, LiveSlot, WRITES_IN_FLIGHT_MAX};

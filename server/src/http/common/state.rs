@@ -1,0 +1,154 @@
+//! The server state every handler reaches (docs/ARCHITECTURE.md, "The HTTP
+//! layer"): the settings the handlers read, the service handles, the
+//! live-connection budget, and the bounds on how long a request waits for
+//! the store (writes run to their end in slots of their own; reads are
+//! dropped at the deadline).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use strata_segments::StreamKey;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::error::ApiError;
+use crate::service::tenancy::Tenancy;
+use crate::service::{ServiceError, Streams};
+use crate::subscriptions::Subscriptions;
+
+/// Server settings the handlers read.
+pub struct HttpConfig {
+    /// Bearer tokens and their projects (none: no authentication).
+    pub tenancy: Tenancy,
+    /// The key used for raw-route requests that carry none (development).
+    pub dev_default_key: Option<StreamKey>,
+    pub long_poll_timeout: Duration,
+    pub max_body_bytes: usize,
+    /// Open long-poll and SSE requests allowed at once.
+    pub max_live_connections: usize,
+    /// Longest a request waits for the store (`--append-timeout-ms`): a
+    /// write unanswered by then answers 503 `outcome_unknown`, a read 503
+    /// `unavailable`. Live waits for new records have their own timeouts.
+    pub append_timeout: Duration,
+}
+
+/// Writes that may run at once. A write runs to its end even when its
+/// request was answered at the deadline, so that no write stops half-done;
+/// these slots bound how many writes are under way (and so how many can
+/// outlive their requests while the store stalls). A write that finds none
+/// free is not started and answers 503 `unavailable` at once.
+pub const WRITES_IN_FLIGHT_MAX: usize = 8192;
+
+/// Everything a request handler can reach.
+pub struct AppState {
+    pub streams: Arc<Streams>,
+    pub subscriptions: Arc<Subscriptions>,
+    pub config: HttpConfig,
+    pub live_connections: AtomicUsize,
+    write_slots: Arc<Semaphore>,
+}
+
+/// A held slot of the live-connection budget.
+pub struct LiveSlot(Arc<AppState>);
+
+impl Drop for LiveSlot {
+    fn drop(&mut self) {
+        self.0.live_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl AppState {
+    pub fn new(
+        streams: Arc<Streams>,
+        subscriptions: Arc<Subscriptions>,
+        config: HttpConfig,
+    ) -> Self {
+        AppState {
+            streams,
+            subscriptions,
+            config,
+            live_connections: AtomicUsize::new(0),
+            write_slots: Arc::new(Semaphore::new(WRITES_IN_FLIGHT_MAX)),
+        }
+    }
+
+    /// When store work started now must have been answered.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.config.append_timeout
+    }
+
+    /// The same, with its budget (for the service's own bounded waits).
+    pub fn store_deadline(&self) -> crate::service::StoreDeadline {
+        crate::service::StoreDeadline::after(self.config.append_timeout)
+    }
+
+    /// Runs a write of the service to its end, and waits for it until
+    /// `deadline`: past it, the answer is [`ServiceError::OutcomeUnknown`]
+    /// while the write goes on in a task of its own (it may still complete).
+    /// The write runs in the request's task until then: the common case
+    /// costs no task and no wake-up more than the write itself.
+    pub async fn write<T, F>(&self, deadline: Instant, write: F) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, ServiceError>> + Send + 'static,
+    {
+        let Ok(slot) = self.write_slots.clone().try_acquire_owned() else {
+            return Err(ServiceError::Unavailable(
+                "too many writes are waiting for the store; the request was not applied".into(),
+            ));
+        };
+        let mut write = Box::pin(write);
+        match tokio::time::timeout_at(deadline, &mut write).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let _ = write.await;
+                });
+                Err(ServiceError::OutcomeUnknown(format!(
+                    "the store did not answer within {} ms; the write may still complete",
+                    self.config.append_timeout.as_millis()
+                )))
+            }
+        }
+    }
+
+    /// Waits for a read (or a lookup, or a live wait) of the service until
+    /// `deadline`, then answers [`ServiceError::Unavailable`]. The read is
+    /// dropped there, as when its client hangs up: reads write nothing but
+    /// the in-memory access time, except the expiry of a stream whose time
+    /// is up, which a drop can cut short as a client hanging up could.
+    pub async fn bounded<T>(
+        &self,
+        deadline: Instant,
+        read: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServiceError> {
+        tokio::time::timeout_at(deadline, read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ServiceError::Unavailable(format!(
+                    "the store did not answer within {} ms",
+                    self.config.append_timeout.as_millis()
+                )))
+            })
+    }
+
+    /// A slot of the live-connection budget, or 503 `code` with
+    /// `Retry-After` when the budget is spent (each surface names it).
+    pub fn live_slot(self: &Arc<Self>, code: &'static str) -> Result<LiveSlot, ApiError> {
+        let held = self.live_connections.fetch_add(1, Ordering::Relaxed);
+        if held >= self.config.max_live_connections {
+            self.live_connections.fetch_sub(1, Ordering::Relaxed);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code,
+                "too many live readers on this server; retry shortly",
+            )
+            .header("retry-after", "5"));
+        }
+        Ok(LiveSlot(self.clone()))
+    }
+}

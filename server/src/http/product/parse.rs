@@ -1,0 +1,460 @@
+//! Parsing and validation of requests to `/v1/streams…`
+//! (docs/ARCHITECTURE.md, "The HTTP layer"): method, path, query and
+//! headers to a [`ProductRoute`] before the body is read ([`parse_route`],
+//! pure, like the raw route's), and the seal body. Header checks that the
+//! contract orders after the existence check are kept as results, for the
+//! handler to judge in that order.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{HeaderMap, Method, StatusCode};
+use percent_encoding::percent_decode;
+use strata_segments::StreamKey;
+
+use super::super::common::{
+    ascii_header, decode_stream_name, producer_headers, ApiError, ProducerHeaders,
+};
+use super::errors::{bad, error, method_not_allowed, unknown_route};
+use crate::ds::json;
+use crate::service::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
+use crate::service::product::{
+    READ_BYTES_DEFAULT, READ_BYTES_MAX, READ_BYTES_MIN, RESERVED_PRODUCER_PREFIX,
+    ROUTING_KEY_BYTES_MAX, WAIT_MS_MAX,
+};
+
+pub const PREFIX: &str = "/v1/streams";
+
+/// Longest collection name, in bytes.
+pub const NAME_BYTES_MAX: usize = 512;
+
+/// Path segments a name may not end with (they are subresources).
+const RESERVED_LAST_SEGMENTS: [&str; 3] = ["records", "consumers", "watches"];
+
+/// Inputs of the raw surface or of removed designs, refused on every route.
+const REMOVED_HEADERS: [&str; 9] = [
+    "stream-encryption-key",
+    "stream-key",
+    "stream-profile",
+    "stream-ttl",
+    "stream-expires-at",
+    "stream-ordering",
+    "stream-segments",
+    "stream-scaling",
+    "stream-touch-templates",
+];
+
+const KEY_HEADER: &str = "prisma-encryption-key";
+
+const ROUTING_KEY_HEADER: &str = "prisma-routing-key";
+
+/// What a request to `/v1/streams…` asks for.
+#[derive(Debug)]
+pub enum ProductRoute {
+    Catalog {
+        cursor: Option<CatalogCursor>,
+        limit: usize,
+    },
+    Collection {
+        name: String,
+        op: Box<CollectionOp>,
+    },
+}
+
+/// Where a key read starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CursorParam {
+    Beginning,
+    Now,
+    Token(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Plain,
+    LongPoll { wait: Duration },
+    Sse { wait: Duration },
+}
+
+/// An operation on one collection. Header checks that the contract orders
+/// after the existence check are kept as results and judged in the handler.
+#[derive(Debug)]
+pub enum CollectionOp {
+    Create {
+        key: StreamKey,
+    },
+    Metadata,
+    Delete,
+    Seal {
+        key: Result<Option<StreamKey>, ApiError>,
+        producer: Result<Option<ProducerHeaders>, ApiError>,
+    },
+    Append(AppendCall),
+    Read {
+        key: StreamKey,
+        routing_key: Result<Bytes, ApiError>,
+        cursor: CursorParam,
+        max_bytes: usize,
+        transport: Transport,
+    },
+}
+
+/// An append (`records` or `records:batch`), from its headers.
+#[derive(Debug)]
+pub struct AppendCall {
+    pub key: StreamKey,
+    pub batch: bool,
+    pub content_type: Option<String>,
+    pub routing_key: Result<Bytes, ApiError>,
+    pub producer: Result<Option<ProducerHeaders>, ApiError>,
+}
+
+/// The subresource a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Collection,
+    Records,
+    Batch,
+    LongPoll,
+    Sse,
+    Seal,
+}
+
+/// Splits the (still encoded) path after `/v1/streams/` into the name and
+/// the subresource: the suffix decides, so names may hold `:` and `/`.
+fn split_target(rest: &str) -> Result<(&str, Target), ApiError> {
+    const RECORDS: [(&str, Target); 4] = [
+        ("/records", Target::Records),
+        ("/records:batch", Target::Batch),
+        ("/records:long-poll", Target::LongPoll),
+        ("/records:sse", Target::Sse),
+    ];
+    for (suffix, target) in RECORDS {
+        if let Some(name) = rest.strip_suffix(suffix) {
+            return Ok((name, target));
+        }
+    }
+    if let Some(name) = rest.strip_suffix(":seal") {
+        return Ok((name, Target::Seal));
+    }
+    // Routes of later phases (scan, consumers, watches), and unknown verbs.
+    let last = rest.rsplit('/').next().unwrap_or("");
+    if rest.ends_with(":scan")
+        || rest.contains("/consumers/")
+        || rest.contains("/watches/")
+        || RESERVED_LAST_SEGMENTS.contains(&last)
+        || last.starts_with("records:")
+        || ["pull", "settle", "batch", "long-poll", "sse"]
+            .iter()
+            .any(|verb| rest.ends_with(&format!(":{verb}")))
+    {
+        return Err(unknown_route());
+    }
+    Ok((rest, Target::Collection))
+}
+
+/// Decodes and validates a collection name.
+pub fn collection_name(raw: &str) -> Result<String, ApiError> {
+    let invalid = |why: &str| bad("invalid_name", format!("invalid collection name: {why}"));
+    let name = decode_stream_name(raw, NAME_BYTES_MAX).map_err(|why| invalid(&why.to_string()))?;
+    let last = name.rsplit('/').next().unwrap_or("");
+    if RESERVED_LAST_SEGMENTS.contains(&last) {
+        return Err(invalid(
+            "a name cannot end in 'records', 'consumers' or 'watches'",
+        ));
+    }
+    Ok(name)
+}
+
+/// The query's parameters, each at most once, strictly UTF-8.
+fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |text: &str| {
+            let plus = text.replace('+', " ");
+            percent_decode(plus.as_bytes())
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| bad("invalid_parameter", "query parameters must be UTF-8"))
+        };
+        let (k, v) = (decode(k)?, decode(v)?);
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(bad(
+                "duplicate_parameter",
+                format!("query parameter {k:?} is given twice"),
+            ));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    ascii_header(headers, name, "invalid_header").map_err(ApiError::product)
+}
+
+fn stream_key(headers: &HeaderMap) -> Result<StreamKey, ApiError> {
+    match header(headers, KEY_HEADER)? {
+        Some(text) => StreamKey::parse(text.trim()).map_err(|_| {
+            bad(
+                "invalid_key",
+                "Prisma-Encryption-Key must be 32 bytes in base64url or base64",
+            )
+        }),
+        None => Err(bad(
+            "missing_key",
+            "Prisma-Encryption-Key is required (32 bytes, base64url)",
+        )),
+    }
+}
+
+fn optional_key(headers: &HeaderMap) -> Result<Option<StreamKey>, ApiError> {
+    match headers.get(KEY_HEADER) {
+        None => Ok(None),
+        Some(_) => stream_key(headers).map(Some),
+    }
+}
+
+/// A routing key: exact UTF-8 bytes, at most 1,024.
+fn routing_key_bytes(bytes: &[u8]) -> Result<Bytes, ApiError> {
+    if bytes.len() > ROUTING_KEY_BYTES_MAX || std::str::from_utf8(bytes).is_err() {
+        return Err(bad(
+            "invalid_routing_key",
+            "a routing key is UTF-8 of at most 1024 bytes",
+        ));
+    }
+    Ok(Bytes::copy_from_slice(bytes))
+}
+
+fn producer(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
+    let parsed = producer_headers(headers)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, "invalid_producer", e.message))?;
+    if parsed
+        .as_ref()
+        .is_some_and(|p| p.id.starts_with(RESERVED_PRODUCER_PREFIX))
+    {
+        return Err(bad(
+            "invalid_producer",
+            "Producer-Id values starting with '__' are reserved",
+        ));
+    }
+    Ok(parsed)
+}
+
+fn wait_param(value: Option<&str>) -> Result<Duration, ApiError> {
+    let ms = match value {
+        None => WAIT_MS_MAX,
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| bad("invalid_parameter", "waitMs must be a whole number"))?
+            .min(WAIT_MS_MAX),
+    };
+    Ok(Duration::from_millis(ms))
+}
+
+/// Maps a request under `/v1/streams` to its route, or to its error. Pure.
+pub fn parse_route(
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<ProductRoute, ApiError> {
+    if let Some(removed) = REMOVED_HEADERS.iter().find(|h| headers.contains_key(**h)) {
+        return Err(bad(
+            "unknown_field",
+            format!("header {removed} is not part of the product API"),
+        ));
+    }
+    let params = query_params(query)?;
+    for (k, _) in &params {
+        if k == "key" || k == "offset" {
+            return Err(bad(
+                "unknown_field",
+                format!("query parameter {k:?} is not part of the product API"),
+            ));
+        }
+        if k == "routingKey" && method != Method::GET {
+            return Err(bad(
+                "unknown_field",
+                "routingKey goes in the Prisma-Routing-Key header on writes",
+            ));
+        }
+    }
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let allow_only =
+        |allowed: &[&str]| match params.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
+            Some((k, _)) => Err(bad(
+                "unknown_parameter",
+                format!("query parameter {k:?} is not accepted here"),
+            )),
+            None => Ok(()),
+        };
+    let rest = match path.strip_prefix(PREFIX) {
+        Some("") | Some("/") => {
+            if method != Method::GET {
+                return Err(method_not_allowed("GET"));
+            }
+            allow_only(&["cursor", "limit"])?;
+            let cursor = match param("cursor") {
+                None | Some("") => None,
+                Some(text) => Some(
+                    CatalogCursor::decode(text)
+                        .ok_or_else(|| bad("invalid_cursor", "not a catalog cursor"))?,
+                ),
+            };
+            let limit = match param("limit") {
+                None => PAGE_LIMIT_DEFAULT,
+                Some(text) => text
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
+                    .ok_or_else(|| bad("invalid_parameter", "limit is 1 to 1000"))?,
+            };
+            return Ok(ProductRoute::Catalog { cursor, limit });
+        }
+        Some(rest) => rest.strip_prefix('/').ok_or_else(unknown_route)?,
+        None => return Err(unknown_route()),
+    };
+    let (raw_name, target) = split_target(rest)?;
+    let name = collection_name(raw_name)?;
+    let op = match (target, method.clone()) {
+        (Target::Collection, m) => {
+            allow_only(&[])?;
+            match m {
+                Method::PUT => CollectionOp::Create {
+                    key: stream_key(headers)?,
+                },
+                Method::GET => CollectionOp::Metadata,
+                Method::DELETE => CollectionOp::Delete,
+                _ => return Err(method_not_allowed("GET, PUT, DELETE")),
+            }
+        }
+        (Target::Seal, Method::POST) => {
+            allow_only(&[])?;
+            CollectionOp::Seal {
+                key: optional_key(headers),
+                producer: producer(headers),
+            }
+        }
+        (Target::Seal, _) => return Err(method_not_allowed("POST")),
+        (Target::Records, Method::POST) | (Target::Batch, Method::POST) => {
+            allow_only(&[])?;
+            CollectionOp::Append(AppendCall {
+                key: stream_key(headers)?,
+                batch: target == Target::Batch,
+                content_type: header(headers, "content-type")?.map(str::to_string),
+                routing_key: routing_key_bytes(
+                    headers
+                        .get(ROUTING_KEY_HEADER)
+                        .map_or(&[][..], HeaderValue::as_bytes),
+                ),
+                producer: producer(headers),
+            })
+        }
+        (Target::Batch, _) => return Err(method_not_allowed("POST")),
+        (Target::Records, Method::GET)
+        | (Target::LongPoll, Method::GET)
+        | (Target::Sse, Method::GET) => {
+            let transport = match target {
+                Target::Records => {
+                    allow_only(&["routingKey", "cursor", "maxBytes"])?;
+                    Transport::Plain
+                }
+                Target::LongPoll => {
+                    allow_only(&["routingKey", "cursor", "maxBytes", "waitMs"])?;
+                    Transport::LongPoll {
+                        wait: wait_param(param("waitMs"))?,
+                    }
+                }
+                _ => {
+                    allow_only(&["routingKey", "cursor", "maxBytes", "waitMs"])?;
+                    Transport::Sse {
+                        wait: wait_param(param("waitMs"))?,
+                    }
+                }
+            };
+            let cursor = match param("cursor") {
+                None | Some("") | Some("beginning") => CursorParam::Beginning,
+                Some("now") => CursorParam::Now,
+                Some(token) => CursorParam::Token(token.to_string()),
+            };
+            let max_bytes = match param("maxBytes") {
+                None => READ_BYTES_DEFAULT,
+                Some(text) => text
+                    .parse::<u64>()
+                    .map_err(|_| bad("invalid_parameter", "maxBytes must be a whole number"))?
+                    .clamp(READ_BYTES_MIN as u64, READ_BYTES_MAX as u64)
+                    as usize,
+            };
+            CollectionOp::Read {
+                key: stream_key(headers)?,
+                routing_key: routing_key_bytes(param("routingKey").unwrap_or("").as_bytes()),
+                cursor,
+                max_bytes,
+                transport,
+            }
+        }
+        (Target::Records, _) => return Err(method_not_allowed("GET, POST")),
+        (Target::LongPoll, _) | (Target::Sse, _) => return Err(method_not_allowed("GET")),
+    };
+    Ok(ProductRoute::Collection {
+        name,
+        op: Box::new(op),
+    })
+}
+
+/// The body of `:seal`: `{}` or `{"final": value, "routingKey"?: string}`.
+pub struct SealBody {
+    pub final_record: Option<Bytes>,
+    pub routing_key: Bytes,
+}
+
+pub fn seal_body(body: &[u8]) -> Result<SealBody, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(SealBody {
+            final_record: None,
+            routing_key: Bytes::new(),
+        });
+    }
+    // The final value's exact text is kept (a raw-value parse); `null` is a
+    // record too, so presence is judged by the key, not the value.
+    let fields: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_slice(body).map_err(|_| {
+            bad(
+                "invalid_body",
+                "the seal body is {} or {\"final\": value, \"routingKey\"?: string}",
+            )
+        })?;
+    if let Some(unknown) = fields.keys().find(|k| *k != "final" && *k != "routingKey") {
+        return Err(bad(
+            "invalid_body",
+            format!("the seal body has an unknown field {unknown:?}"),
+        ));
+    }
+    let routing_key = match fields.get("routingKey") {
+        None => Bytes::new(),
+        Some(raw) => {
+            let text: String = serde_json::from_str(raw.get())
+                .map_err(|_| bad("invalid_routing_key", "routingKey must be a string"))?;
+            routing_key_bytes(text.as_bytes())?
+        }
+    };
+    let final_record = match fields.get("final") {
+        Some(raw) => Some(
+            json::one_record(raw.get().as_bytes())
+                .map_err(|e| bad("invalid_body", e.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok(SealBody {
+        final_record,
+        routing_key,
+    })
+}

@@ -1,0 +1,150 @@
+//! The top of the HTTP layer (docs/ARCHITECTURE.md, "The HTTP layer"): one
+//! request start to finish — authentication, routing to a surface (the raw
+//! Durable Streams route, the product API, the reserved `__ds` API), the
+//! preflight and the health check — and the headers every answer carries.
+//!
+//! Routing is pure ([`parse_request`]: no I/O, no state), so the fuzz
+//! targets run exactly the code the server runs. Only this file names every
+//! surface; the surfaces never import it.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use strata_segments::StreamKey;
+
+use super::common::{common_headers, full, preflight, ApiError, ApiResult, AppState, Body};
+use super::{product, raw, subscriptions};
+use crate::service::tenancy::Tenancy;
+
+/// One request, start to finish.
+pub async fn handle(
+    state: Arc<AppState>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let mut response = route(state, request)
+        .await
+        .unwrap_or_else(ApiError::into_response);
+    common_headers(response.headers_mut());
+    Ok(response)
+}
+
+/// What the request parser needs of the server's settings.
+#[derive(Clone, Copy)]
+pub struct ParseConfig<'a> {
+    /// Bearer tokens and their projects (none: no authentication).
+    pub tenancy: &'a Tenancy,
+    /// The key used for raw-route requests that carry none.
+    pub dev_default_key: Option<&'a StreamKey>,
+}
+
+/// What a request asks for, before its body is read.
+#[derive(Debug)]
+pub enum Command {
+    /// `OPTIONS` on any path: the CORS preflight.
+    Preflight,
+    /// `/healthz`.
+    Health,
+    /// The reserved `__ds` API (project `default` only).
+    Subscriptions(subscriptions::SubRoute),
+    /// `/v1/stream/{name}`.
+    Stream {
+        project: String,
+        name: String,
+        op: raw::StreamOp,
+    },
+    /// `/v1/streams…`: the product API.
+    Product {
+        project: String,
+        route: product::ProductRoute,
+    },
+}
+
+/// Maps a request's method, path, query and headers to the command it asks
+/// for, or to the error it is answered with. Pure (no I/O, no state): the
+/// handler runs it first, and the fuzz targets run it alone.
+pub fn parse_request(
+    config: ParseConfig<'_>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Command, ApiError> {
+    if method == Method::OPTIONS {
+        return Ok(Command::Preflight);
+    }
+    if path == "/healthz" {
+        return Ok(Command::Health);
+    }
+    let Ok(project) = config
+        .tenancy
+        .project_of(headers.get("authorization").and_then(|v| v.to_str().ok()))
+    else {
+        let error = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid Authorization: Bearer token is required",
+        )
+        .header("www-authenticate", "Bearer");
+        return Err(if is_product_path(path) {
+            error.product()
+        } else {
+            error
+        });
+    };
+    let project = project.to_string();
+    if let Some(rest) = path.strip_prefix(raw::PREFIX) {
+        if let Some(api) = rest.strip_prefix("__ds/") {
+            if project != crate::service::DEFAULT_PROJECT {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    "the __ds API serves the default project only",
+                ));
+            }
+            return subscriptions::parse_route(method, api).map(Command::Subscriptions);
+        }
+        let name = raw::stream_name(rest)?;
+        let op = raw::parse_stream_op(method, headers, query, config.dev_default_key)?;
+        return Ok(Command::Stream { project, name, op });
+    }
+    if is_product_path(path) {
+        let route = product::parse_route(method, path, query, headers)?;
+        return Ok(Command::Product { project, route });
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route",
+    ))
+}
+
+fn is_product_path(path: &str) -> bool {
+    path == product::PREFIX || path.starts_with("/v1/streams/")
+}
+
+async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
+    let config = ParseConfig {
+        tenancy: &state.config.tenancy,
+        dev_default_key: state.config.dev_default_key.as_ref(),
+    };
+    let command = parse_request(
+        config,
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+        request.headers(),
+    )?;
+    match command {
+        Command::Preflight => Ok(preflight()),
+        Command::Health => Ok(Response::new(full("ok\n"))),
+        Command::Subscriptions(sub_route) => subscriptions::handle(state, request, sub_route).await,
+        Command::Stream { project, name, op } => {
+            raw::handle(state, request, project, name, op).await
+        }
+        Command::Product { project, route } => {
+            product::handle(state, request, project, route).await
+        }
+    }
+}
