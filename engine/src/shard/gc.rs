@@ -1,4 +1,4 @@
-//! Garbage collection of a shard's objects (DESIGN.md §6).
+//! Garbage collection of a shard's objects (docs/ARCHITECTURE.md, "Sealing, the state index and garbage collection").
 //!
 //! Garbage is what the current manifest no longer references: WAL objects
 //! below the replay point, index runs a full seal replaced, and segment objects

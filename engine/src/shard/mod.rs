@@ -2,7 +2,7 @@
 //!
 //! A shard is a set of streams that share one WAL, one manifest and one owner.
 //! [`Shard::open`] claims it (see [`recovery`]); then one actor task runs the
-//! write path of DESIGN.md §4:
+//! write path of docs/ARCHITECTURE.md ("Write path and durability"):
 //!
 //! ```text
 //! append(): build page bodies (compress) in the caller's task
