@@ -1,4 +1,5 @@
-//! Garbage collection of a shard's objects (docs/ARCHITECTURE.md, "Sealing, the state index and garbage collection").
+//! Garbage collection of a shard's objects (docs/ARCHITECTURE.md, "Sealing,
+//! the state index and garbage collection").
 //!
 //! Garbage is what the current manifest no longer references: WAL objects
 //! below the replay point, index runs a full seal replaced, and segment objects

@@ -1,6 +1,7 @@
 //! The sealer: moves durable unsealed pages into segment objects and records
 //! the shard's state in index runs, so that opening a shard costs the manifest,
-//! its runs and only the WAL objects since the last seal (docs/ARCHITECTURE.md, "Sealing, the state index and garbage collection").
+//! its runs and only the WAL objects since the last seal (docs/ARCHITECTURE.md,
+//! "Sealing, the state index and garbage collection").
 //!
 //! One seal at a time, in four steps, each durable before the next starts:
 //!
