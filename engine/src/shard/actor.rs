@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 use super::gc::{self, GcOutcome, GcQueue};
 use super::io::{put_wal_object, WalPutOutcome};
+use super::producer::AcceptedClaim;
 use super::recovery::{self, Opened};
 use super::seal::{self, SealFailure, SealPlan, SealResult, SealState, SealStream};
 use super::state::{
@@ -493,15 +494,14 @@ impl Actor {
             });
         }
         if let Some(claim) = &job.producer {
-            entries.push(StagedEntry::Ready(WalEntry::Producer(ProducerEntry {
-                stream: job.stream,
-                producer_id: claim.id.clone(),
-                epoch: claim.epoch,
-                seq: claim.seq,
-                first_offset,
-                next_offset,
-                digest: claim.digest,
-            })));
+            entries.push(StagedEntry::Ready(WalEntry::Producer(ProducerEntry::from(
+                AcceptedClaim {
+                    stream: job.stream,
+                    claim,
+                    first_offset,
+                    next_offset,
+                },
+            ))));
         }
         if let Some(seq) = job.stream_seq {
             entries.push(StagedEntry::Ready(WalEntry::StreamSeq(StreamSeqEntry {

@@ -27,9 +27,11 @@
 //! * A fenced owner acknowledges nothing more.
 
 mod actor;
+mod chunk;
 mod gc;
 pub mod history;
 pub(crate) mod io;
+pub mod producer;
 mod read;
 pub mod recovery;
 mod seal;

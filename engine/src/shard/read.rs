@@ -7,7 +7,7 @@ use bytes::Bytes;
 use strata_segments::segment::{routing_key_hash, Chunk};
 use strata_segments::{open_page, PageError, Record, StreamCipher};
 
-use super::sealed::SealedChunk;
+use super::chunk::SealedChunk;
 use super::state::{StoredPage, StreamStatus};
 use super::tiers::{load_chunk, read_ahead, READ_AHEAD_CHUNKS};
 use super::{Shard, ShardCtx};

@@ -42,9 +42,10 @@ use strata_segments::segment::{build_segment, ChunkInput};
 use strata_wal::StreamRef;
 use tokio::sync::oneshot;
 
+use super::chunk::SealedChunk;
 use super::gc::{wal_garbage, Garbage};
 use super::io::put_immutable;
-use super::sealed::{run_entry, SealedChunk};
+use super::sealed::run_entry;
 use super::state::Tail;
 use super::ShardCtx;
 use crate::env::CrashPoint;

@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use strata_segments::segment::{decode_chunk, Chunk};
 
-use super::sealed::SealedChunk;
+use super::chunk::SealedChunk;
 use super::ShardCtx;
 use crate::error::EngineError;
 use crate::ids::hex;
