@@ -28,18 +28,18 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{Id as TaskId, JoinSet};
 use tokio::time::Instant;
 
+use super::api::{AppendAck, AppendKind, CreateAck, ShardStatus};
+use super::command::{AppendJob, Command};
+use super::ctx::ShardCtx;
 use super::gc::{self, GcOutcome, GcQueue};
 use super::io::{put_wal_object, WalPutOutcome};
 use super::producer::AcceptedClaim;
 use super::recovery::{self, Opened};
 use super::seal::{self, SealFailure, SealPlan, SealResult, SealState, SealStream};
+use super::shared::{ShardShared, StreamCell};
 use super::state::{
     apply_append_to_tail, apply_entry, apply_to_tail, create_verdict, judge_producer,
     CreateVerdict, ProducerVerdict, StreamStatus, Tail,
-};
-use super::{
-    AppendAck, AppendJob, AppendKind, Command, CreateAck, ShardCtx, ShardShared, ShardStatus,
-    StreamCell,
 };
 use crate::error::EngineError;
 use crate::ids::StreamRef;

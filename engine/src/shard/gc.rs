@@ -30,8 +30,8 @@ use strata_manifest::{SlotRange, NO_SLOT};
 use strata_wal::{WalObject, WriterId};
 use tokio::time::Instant;
 
+use super::ctx::ShardCtx;
 use super::io::{delete_object, overwrite_object};
-use super::ShardCtx;
 use crate::env::CrashPoint;
 use crate::error::EngineError;
 use crate::layout::{ImmutableKind, ObjectId};

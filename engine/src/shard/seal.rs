@@ -43,11 +43,11 @@ use strata_wal::StreamRef;
 use tokio::sync::oneshot;
 
 use super::chunk::SealedChunk;
+use super::ctx::ShardCtx;
 use super::gc::{wal_garbage, Garbage};
 use super::io::put_immutable;
 use super::sealed::run_entry;
 use super::state::Tail;
-use super::ShardCtx;
 use crate::env::CrashPoint;
 use crate::error::EngineError;
 use crate::layout::ObjectId;
