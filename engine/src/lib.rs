@@ -6,17 +6,18 @@
 //! * [`env`]: clock, randomness and store as inputs, for deterministic tests.
 //! * [`shard`]: the write path (committer, flush pump, acker), recovery from the
 //!   store alone, fencing, reads and waits.
+//! * [`admin`]: the operator tools: read-only inspection and verification of
+//!   shards, and the repairs (rollback, recover).
 //! * [`sim`]: the deterministic simulation's fault-injecting store and driver.
 //!
 //! Lower crates (`strata-wal`, `strata-manifest`, `strata-segments`) own the
 //! byte formats; this crate composes them and never speaks HTTP.
 
+pub mod admin;
 pub mod env;
 pub mod error;
 pub mod ids;
 pub mod layout;
-pub mod ops;
-pub mod repair;
 pub mod shard;
 pub mod sim;
 pub mod store;
