@@ -8,7 +8,8 @@
 //!   store alone, fencing, reads and waits.
 //! * [`admin`]: the operator tools: read-only inspection and verification of
 //!   shards, and the repairs (rollback, recover).
-//! * [`sim`]: the deterministic simulation's fault-injecting store and driver.
+//! * `sim` (feature `sim`, which only the engine's own tests enable): the
+//!   deterministic simulation's fault-injecting store and driver.
 //!
 //! Lower crates (`strata-wal`, `strata-manifest`, `strata-segments`) own the
 //! byte formats; this crate composes them and never speaks HTTP.
@@ -19,6 +20,7 @@ pub mod error;
 pub mod ids;
 pub mod layout;
 pub mod shard;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod store;
 
