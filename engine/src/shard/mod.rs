@@ -25,6 +25,19 @@
 //!   re-opens the shard from the store (a re-claim that only succeeds if nobody
 //!   else claimed meanwhile), so no staged state survives a failure.
 //! * A fenced owner acknowledges nothing more.
+//!
+//! This file only declares the shard's files and re-exports its public API;
+//! no file of the shard imports from it. `handle.rs`: the [`Shard`] handle
+//! (open, the checks an append passes before it is queued, snapshots).
+//! `api.rs`: requests and answers. `config.rs`, `ctx.rs`, `shared.rs`: what
+//! the parts of an open shard share. `command.rs`: the actor's mailbox.
+//! `actor/`: the write path. `limits.rs`: the WAL limits an append is
+//! checked against. `state.rs`, `producer.rs`, `chunk.rs`, `sealed.rs`:
+//! stream state, producer conversions between layers, chunk references,
+//! index runs. `recovery.rs`, `seal.rs`, `gc.rs`, `history.rs`: opening,
+//! sealing, garbage collection, manifest history. `read.rs`, `tiers.rs`,
+//! `cache.rs`: reads, sealed-chunk fetches, the chunk cache. `io.rs`: store
+//! calls with retries.
 
 mod actor;
 mod api;
