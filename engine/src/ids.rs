@@ -38,7 +38,7 @@ pub struct ShardName(String);
 impl ShardName {
     pub fn new(name: &str) -> Result<Self, InvalidShardName> {
         let valid = !name.is_empty()
-            && name.len() <= 64
+            && name.len() <= strata_wal::format::MAX_SHARD_NAME_BYTES
             && name
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -90,6 +90,16 @@ mod tests {
         for bad in ["", "-a", "A", "a/b", "a b", &"x".repeat(65)] {
             assert!(ShardName::new(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// Every WAL header names its shard: a name the format cannot hold is
+    /// refused here, before a shard can be opened under it.
+    #[test]
+    fn shard_names_fit_the_wal_header() {
+        let longest = "x".repeat(strata_wal::format::MAX_SHARD_NAME_BYTES);
+        assert!(ShardName::new(&longest).is_ok());
+        let over = "x".repeat(strata_wal::format::MAX_SHARD_NAME_BYTES + 1);
+        assert!(ShardName::new(&over).is_err());
     }
 
     #[test]

@@ -6,18 +6,21 @@
 //! * [`env`]: clock, randomness and store as inputs, for deterministic tests.
 //! * [`shard`]: the write path (committer, flush pump, acker), recovery from the
 //!   store alone, fencing, reads and waits.
-//! * [`sim`]: the deterministic simulation's fault-injecting store and driver.
+//! * [`admin`]: the operator tools: read-only inspection and verification of
+//!   shards, and the repairs (rollback, recover).
+//! * `sim` (feature `sim`, which only the engine's own tests enable): the
+//!   deterministic simulation's fault-injecting store and driver.
 //!
 //! Lower crates (`strata-wal`, `strata-manifest`, `strata-segments`) own the
 //! byte formats; this crate composes them and never speaks HTTP.
 
+pub mod admin;
 pub mod env;
 pub mod error;
 pub mod ids;
 pub mod layout;
-pub mod ops;
-pub mod repair;
 pub mod shard;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod store;
 

@@ -16,8 +16,8 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 use parking_lot::Mutex;
+use strata_engine::admin::repair::{rollback, RepairOptions, RepairOutcome};
 use strata_engine::layout::ShardLayout;
-use strata_engine::repair::{rollback, RepairOptions, RepairOutcome};
 use strata_engine::store::{Layered, StoreLayer};
 use strata_engine::{
     AppendRequest, EngineEnv, EngineError, InstanceId, ProducerClaim, ReadLimits, Shard,
@@ -696,7 +696,7 @@ async fn recovery_from_a_damaged_run_whose_wal_was_collected_is_refused() {
         )
         .await
         .unwrap();
-    let report = strata_engine::repair::recover(
+    let report = strata_engine::admin::repair::recover(
         &EngineEnv::production(store.clone()),
         &shard_name(),
         InstanceId([9; 16]),

@@ -1,4 +1,5 @@
-//! Garbage collection of a shard's objects (DESIGN.md §6).
+//! Garbage collection of a shard's objects (docs/ARCHITECTURE.md, "Sealing,
+//! the state index and garbage collection").
 //!
 //! Garbage is what the current manifest no longer references: WAL objects
 //! below the replay point, index runs a full seal replaced, and segment objects
@@ -29,8 +30,8 @@ use strata_manifest::{SlotRange, NO_SLOT};
 use strata_wal::{WalObject, WriterId};
 use tokio::time::Instant;
 
+use super::ctx::ShardCtx;
 use super::io::{delete_object, overwrite_object};
-use super::ShardCtx;
 use crate::env::CrashPoint;
 use crate::error::EngineError;
 use crate::layout::{ImmutableKind, ObjectId};

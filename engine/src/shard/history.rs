@@ -12,8 +12,8 @@
 use object_store::ObjectStoreExt;
 use strata_manifest::{Manifest, Versioned};
 
+use super::ctx::ShardCtx;
 use super::io::{delete_object, put_immutable};
-use super::ShardCtx;
 
 /// Manifest versions kept in the history (older copies are deleted).
 pub const HISTORY_VERSIONS_KEPT: u64 = 256;

@@ -7,10 +7,11 @@ use bytes::Bytes;
 use strata_segments::segment::{routing_key_hash, Chunk};
 use strata_segments::{open_page, PageError, Record, StreamCipher};
 
-use super::sealed::SealedChunk;
+use super::chunk::SealedChunk;
+use super::ctx::ShardCtx;
+use super::handle::Shard;
 use super::state::{StoredPage, StreamStatus};
 use super::tiers::{load_chunk, read_ahead, READ_AHEAD_CHUNKS};
-use super::{Shard, ShardCtx};
 use crate::error::EngineError;
 use crate::ids::StreamRef;
 
@@ -182,7 +183,7 @@ impl Shard {
         // owner (before this one has learnt it is fenced): that is not damage.
         match result {
             Err(e @ EngineError::Corrupt { .. }) => {
-                if self.status() == super::ShardStatus::Fenced || self.superseded().await {
+                if self.status() == super::api::ShardStatus::Fenced || self.superseded().await {
                     Err(EngineError::Fenced)
                 } else {
                     Err(e)

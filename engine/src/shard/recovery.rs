@@ -30,10 +30,11 @@ use strata_manifest::{
 };
 use strata_wal::{Admission, LogWalk, ObjectKind, WalObject, WriterId};
 
+use super::config::ShardConfig;
+use super::ctx::ShardCtx;
 use super::io::{get_object, put_wal_object, with_retries, WalPutOutcome};
 use super::sealed;
 use super::state::{entry_stream, StreamTable};
-use super::{ShardConfig, ShardCtx};
 use crate::env::{CrashPoint, EngineEnv};
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName};

@@ -1,6 +1,7 @@
 //! The sealer: moves durable unsealed pages into segment objects and records
 //! the shard's state in index runs, so that opening a shard costs the manifest,
-//! its runs and only the WAL objects since the last seal (DESIGN.md §6).
+//! its runs and only the WAL objects since the last seal (docs/ARCHITECTURE.md,
+//! "Sealing, the state index and garbage collection").
 //!
 //! One seal at a time, in four steps, each durable before the next starts:
 //!
@@ -41,11 +42,12 @@ use strata_segments::segment::{build_segment, ChunkInput};
 use strata_wal::StreamRef;
 use tokio::sync::oneshot;
 
+use super::chunk::SealedChunk;
+use super::ctx::ShardCtx;
 use super::gc::{wal_garbage, Garbage};
 use super::io::put_immutable;
-use super::sealed::{run_entry, SealedChunk};
+use super::sealed::run_entry;
 use super::state::Tail;
-use super::ShardCtx;
 use crate::env::CrashPoint;
 use crate::error::EngineError;
 use crate::layout::ObjectId;

@@ -1,58 +1,15 @@
-//! The sealed tier as the engine holds it: chunk references (segment id plus
-//! the segment table's chunk entry) and the conversion of stream tails to and
-//! from index-run records. Loading a manifest's runs, oldest first, rebuilds
+//! Stream tails to and from index-run records, and loading runs into a
+//! [`StreamTable`]. (Chunk references themselves, a segment id plus the
+//! segment table's chunk entry, are `chunk.rs`'s, re-exported here.) Loading a manifest's runs, oldest first, rebuilds
 //! every stream's tail (newer runs shadow older) and its sealed chunks (which
 //! accumulate; a newer incarnation starts over).
 
-use std::sync::Arc;
-
-use bytes::{Buf, BufMut, Bytes, BytesMut};
 use strata_manifest::index_run::{IndexRun, ProducerRecord, RunEntry, TailRecord, TailStatus};
-use strata_segments::segment::{decode_chunk_ref, encode_chunk_ref, ChunkRef};
 use strata_wal::StreamRef;
 
+pub use super::chunk::{decode_sealed, encode_sealed, SealedChunk};
+use super::producer::NamedProducer;
 use super::state::{DurableStream, ProducerState, StreamStatus, StreamTable, Tail};
-use crate::layout::ObjectId;
-
-/// A sealed chunk: which segment holds it, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SealedChunk {
-    pub segment: ObjectId,
-    pub chunk: Arc<ChunkRef>,
-}
-
-impl SealedChunk {
-    pub fn first_offset(&self) -> u64 {
-        self.chunk.first_offset
-    }
-
-    pub fn end_offset(&self) -> u64 {
-        self.chunk.end_offset
-    }
-}
-
-/// An index run's chunk bytes: segment id u64, then the table's chunk entry.
-pub fn encode_sealed(chunk: &SealedChunk) -> Bytes {
-    let mut b = BytesMut::new();
-    b.put_u64_le(chunk.segment.0);
-    encode_chunk_ref(&mut b, &chunk.chunk);
-    b.freeze()
-}
-
-pub fn decode_sealed(bytes: &Bytes) -> Result<SealedChunk, String> {
-    let mut b = bytes.clone();
-    let segment = b
-        .try_get_u64_le()
-        .map_err(|_| "chunk reference truncated".to_string())?;
-    let chunk = decode_chunk_ref(&mut b, "index run chunk").map_err(|e| e.to_string())?;
-    if !b.is_empty() {
-        return Err("trailing bytes after a chunk reference".into());
-    }
-    Ok(SealedChunk {
-        segment: ObjectId(segment),
-        chunk: Arc::new(chunk),
-    })
-}
 
 pub fn tail_record(tail: &Tail) -> TailRecord {
     TailRecord {
@@ -72,14 +29,7 @@ pub fn tail_record(tail: &Tail) -> TailRecord {
         producers: tail
             .producers
             .iter()
-            .map(|(id, p)| ProducerRecord {
-                id: id.clone(),
-                epoch: p.epoch,
-                seq: p.seq,
-                first_offset: p.first_offset,
-                next_offset: p.next_offset,
-                digest: p.digest,
-            })
+            .map(|(id, state)| ProducerRecord::from(NamedProducer { id, state }))
             .collect(),
     }
 }
@@ -103,18 +53,7 @@ pub fn tail_from_record(stream: StreamRef, r: &TailRecord) -> Tail {
         producers: r
             .producers
             .iter()
-            .map(|p| {
-                (
-                    p.id.clone(),
-                    ProducerState {
-                        epoch: p.epoch,
-                        seq: p.seq,
-                        first_offset: p.first_offset,
-                        next_offset: p.next_offset,
-                        digest: p.digest,
-                    },
-                )
-            })
+            .map(|p| (p.id.clone(), ProducerState::from(p)))
             .collect(),
     }
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use strata_segments::parse_header;
 use strata_wal::{AppendEntry, CreateEntry, StreamRef, WalEntry};
 
-use super::sealed::SealedChunk;
+use super::chunk::SealedChunk;
 
 /// Lifecycle of a stream incarnation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,16 +203,8 @@ pub fn apply_to_tail(tail: &mut Tail, entry: &WalEntry) -> Result<(), ApplyError
         WalEntry::Create(_) => {}
         WalEntry::Append(a) => apply_append_to_tail(tail, a)?,
         WalEntry::Producer(p) => {
-            tail.producers.insert(
-                p.producer_id.clone(),
-                ProducerState {
-                    epoch: p.epoch,
-                    seq: p.seq,
-                    first_offset: p.first_offset,
-                    next_offset: p.next_offset,
-                    digest: p.digest,
-                },
-            );
+            tail.producers
+                .insert(p.producer_id.clone(), ProducerState::from(p));
         }
         WalEntry::StreamSeq(s) => tail.stream_seq = Some(s.seq.clone()),
         WalEntry::Close(c) => {

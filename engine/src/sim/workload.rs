@@ -16,10 +16,10 @@ use sha2::{Digest, Sha256};
 
 use super::model::{is_definite, Model};
 use super::world::{SimFailure, Trace, World};
+use crate::admin::repair::{self, RepairOptions, RepairOutcome};
 use crate::error::EngineError;
 use crate::ids::{InstanceId, StreamRef};
 use crate::layout::{ObjectId, ShardLayout};
-use crate::repair::{self, RepairOptions, RepairOutcome};
 use crate::shard::{AppendKind, AppendRequest, ProducerClaim, ReadLimits, Shard};
 use strata_segments::StreamCipher;
 

@@ -5,7 +5,7 @@
 
 use parking_lot::Mutex;
 
-use super::local::{SyncPoint, SyncWrite};
+use super::sync_point::{SyncPoint, SyncWrite};
 
 #[derive(Debug, Clone, Copy)]
 struct Armed {

@@ -48,30 +48,13 @@ use object_store::{
 use strata_manifest::cas::DurabilityUnknown;
 
 use super::layer::{Layered, StoreLayer};
+use super::sync_point::{SyncPoint, SyncWrite};
 
 /// The compare-and-swap layer over a `LocalFileSystem`.
 #[derive(Debug)]
 pub struct LocalCas {
     fs: Arc<LocalFileSystem>,
     hooks: Hooks,
-}
-
-/// Which kind of write an `fsync` belongs to (for the test fault hooks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SyncWrite {
-    /// A create-only put (`If-None-Match: *`).
-    Create,
-    /// A compare-and-swap replace (`If-Match`).
-    Replace,
-}
-
-/// Which `fsync` of a write (for the test fault hooks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SyncPoint {
-    /// The new file's data, before it is published under the object's name.
-    File,
-    /// The directory, after the file was published.
-    Dir,
 }
 
 /// Fault hooks compiled into test builds only (feature `fault-hooks`).

@@ -18,6 +18,7 @@ mod latency;
 mod layer;
 mod local;
 mod stall;
+mod sync_point;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,8 +33,9 @@ pub use counting::{RequestCounts, RequestTotals};
 pub use fsync_faults::FsyncFaults;
 pub use latency::Latency;
 pub use layer::{Layered, StoreLayer, StoreOp};
-pub use local::{local_store, LocalCas, SyncPoint, SyncWrite};
+pub use local::{local_store, LocalCas};
 pub use stall::Stall;
+pub use sync_point::{SyncPoint, SyncWrite};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

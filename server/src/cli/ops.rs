@@ -13,10 +13,10 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use object_store::ObjectStore;
-use strata_engine::ops::{self, Inspection, ShardSummary, StreamSummary, Verification};
-use strata_engine::repair::{
+use strata_engine::admin::repair::{
     self, RepairError, RepairOptions, RepairOutcome, RepairReport, RestoreSource,
 };
+use strata_engine::admin::{self as ops, Inspection, ShardSummary, StreamSummary, Verification};
 use strata_engine::store::{open_store, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, ShardConfig, ShardName};
 use strata_manifest::{CasObject, RetryPolicy};

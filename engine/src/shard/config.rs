@@ -1,0 +1,86 @@
+//! A shard's tunables ([`ShardConfig`]) and their defaults. The object cuts
+//! it configures are held within the WAL format's limits where they are used
+//! (docs/ARCHITECTURE.md, "Write path and durability").
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_manifest::RetryPolicy;
+
+use super::cache::ChunkCache;
+
+/// Tunables of one shard.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Commands the ingest queue holds before `append` answers `Overloaded`.
+    pub ingest_queue_capacity: usize,
+    /// WAL PUTs in flight at once.
+    pub pipeline_depth: usize,
+    /// While a WAL PUT is in flight, another starts only once this many page
+    /// bytes are staged (or a second object's worth is waiting): small batches
+    /// wait for the PUT ahead, so each object carries more appends, and large
+    /// ones are not held back.
+    pub pipeline_min_bytes: usize,
+    /// Minimum time between the starts of two WAL PUTs.
+    pub min_flush_gap: Duration,
+    /// A WAL object is cut at this many encoded bytes (one request is never
+    /// split; held within the format's `MAX_OBJECT_BYTES`).
+    pub max_object_bytes: usize,
+    /// …or at this many entries (held within the format's `MAX_ENTRIES`):
+    /// creates, closes and producer records count though they carry no pages.
+    pub max_object_entries: usize,
+    /// Page bytes staged or in flight before the committer stops taking commands.
+    pub max_pending_bytes: usize,
+    /// Durable page bytes held in memory before the committer stops taking
+    /// commands (until sealing frees them).
+    pub max_memory_page_bytes: u64,
+    /// Records in one append request.
+    pub max_records_per_append: usize,
+    /// Payload bytes in one append request.
+    pub max_append_bytes: usize,
+    /// Parallel GETs while replaying the WAL.
+    pub replay_parallelism: usize,
+    /// Retries of store calls before a write counts as failed.
+    pub store_retry: RetryPolicy,
+    /// Back-off ceiling while re-opening after a store failure.
+    pub reopen_backoff_max: Duration,
+    /// Seal when the unsealed pages in memory reach this many bytes…
+    pub seal_bytes: u64,
+    /// …or this many WAL objects were acknowledged since the last seal…
+    pub seal_objects: u64,
+    /// …or the oldest unsealed change is this old.
+    pub seal_age: Duration,
+    /// Merge index runs when the manifest lists more than this many.
+    pub max_index_runs: usize,
+    /// How long garbage (old WAL objects, merged runs, dead segments) waits
+    /// before it is deleted: readers that started before still find it.
+    pub gc_grace: Duration,
+    /// Local disk cache of sealed chunks (shared by the shards of a process).
+    pub chunk_cache: Option<Arc<ChunkCache>>,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            ingest_queue_capacity: 16_384,
+            pipeline_depth: 4,
+            pipeline_min_bytes: 16 << 10,
+            min_flush_gap: Duration::ZERO,
+            max_object_bytes: 16 << 20,
+            max_object_entries: strata_wal::MAX_ENTRIES,
+            max_pending_bytes: 128 << 20,
+            max_memory_page_bytes: 2 << 30,
+            max_records_per_append: 1 << 20,
+            max_append_bytes: 64 << 20,
+            replay_parallelism: 16,
+            store_retry: RetryPolicy::default(),
+            reopen_backoff_max: Duration::from_secs(5),
+            seal_bytes: 24 << 20,
+            seal_objects: 48,
+            seal_age: Duration::from_secs(45),
+            max_index_runs: 8,
+            gc_grace: Duration::from_secs(600),
+            chunk_cache: None,
+        }
+    }
+}
