@@ -13,7 +13,7 @@ pub mod product;
 pub mod reaper;
 pub mod registry;
 pub mod serve;
+pub mod service;
 pub mod streams;
-pub mod subscriptions;
 pub mod tenancy;
 pub mod topology;

@@ -26,8 +26,8 @@ use strata_segments::StreamKey;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use crate::service::subscriptions::Subscriptions;
 use crate::streams::{ServiceError, Streams};
-use crate::subscriptions::Subscriptions;
 use crate::tenancy::Tenancy;
 
 pub type Body = BoxBody<Bytes, Infallible>;
