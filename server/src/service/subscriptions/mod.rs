@@ -26,7 +26,7 @@
 //! * `service.rs` — the [`Subscriptions`] facade and the wake logic;
 //! * `observer.rs` — the stream observer that feeds it appends;
 //! * `store.rs` — the stored records and their CAS storage;
-//! * `webhook.rs` — the webhook client: SSRF rules, delivery;
+//! * `webhook.rs` — the webhook client: SSRF rules, bounded delivery;
 //! * `signing.rs` — the Ed25519 signing key and the JWKS document;
 //! * `tokens.rs` — HMAC callback tokens;
 //! * `requests.rs`, `answers.rs` — typed requests and answers;
@@ -59,4 +59,4 @@ pub use service::Subscriptions;
 pub use signing::{Jwk, Jwks};
 pub use store::{Kind, Link, SubConfig, SubRecord};
 pub use tokens::{VerifiedToken, TOKEN_LIFETIME_S};
-pub use webhook::DeliveryPolicy;
+pub use webhook::{DeliveryPolicy, DELIVERY_ATTEMPTS_MAX, REPLY_BYTES_MAX};

@@ -9,8 +9,12 @@
 //! * a webhook URL is `https` to a public IPv4 address or a domain other than
 //!   `localhost`; plain-HTTP loopback URLs pass only when the server runs with
 //!   `--allow-loopback-webhooks`; redirects are never followed;
-//! * a failed POST is retried, with doubling pauses, for as long as the wake is
-//!   current (the wake's lease lapsing ends it).
+//! * one wake is POSTed at most [`DELIVERY_ATTEMPTS_MAX`] times, with doubling
+//!   pauses between failed attempts; after the last the loop ends and the
+//!   wake's lease, when it lapses, re-wakes through the normal path (a new
+//!   generation, delivered afresh);
+//! * at most [`REPLY_BYTES_MAX`] bytes of a webhook's answer are read; a longer
+//!   answer counts as a success that is not `done`.
 
 use std::future::Future;
 use std::net::Ipv4Addr;
@@ -18,6 +22,10 @@ use std::time::Duration;
 
 use super::error::SubError;
 
+/// Most POSTs of one wake before the delivery loop gives up on it.
+pub const DELIVERY_ATTEMPTS_MAX: u32 = 5;
+/// Most bytes read of a webhook's answer.
+pub const REPLY_BYTES_MAX: usize = 64 * 1024;
 /// Longest one POST may take, answer included.
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after the first failed attempt (it doubles after each further one).
@@ -41,8 +49,7 @@ pub struct DeliveryPolicy {
 impl Default for DeliveryPolicy {
     fn default() -> Self {
         DeliveryPolicy {
-            // No bound: attempts go on while the wake is current.
-            attempts_max: u32::MAX,
+            attempts_max: DELIVERY_ATTEMPTS_MAX,
             first_delay_ms: RETRY_DELAY_MS_FIRST,
             delay_max_ms: RETRY_DELAY_MS_MAX,
             timeout: WEBHOOK_TIMEOUT,
@@ -66,7 +73,7 @@ impl DeliveryPolicy {
 pub enum Attempt {
     /// A 2xx answer `{"done": true}`: the wake is acknowledged.
     Done,
-    /// A 2xx answer without `done` (or unreadable): the consumer
+    /// A 2xx answer without `done` (or unreadable, or too long): the consumer
     /// will call back.
     Accepted,
     /// No answer, or a non-2xx one.
@@ -189,11 +196,9 @@ impl WebhookClient {
             .send()
             .await;
         match answer {
-            Ok(response) if response.status().is_success() => {
-                let done = response
-                    .bytes()
+            Ok(mut response) if response.status().is_success() => {
+                let done = read_reply(&mut response, REPLY_BYTES_MAX)
                     .await
-                    .ok()
                     .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
                     .and_then(|v| v.get("done").and_then(serde_json::Value::as_bool));
                 if done == Some(true) {
@@ -212,6 +217,22 @@ impl WebhookClient {
             }
         }
     }
+}
+
+/// The answer's body if it is at most `max` bytes (reading no more than
+/// `max` bytes of it), else `None`; `None` too if reading it failed.
+async fn read_reply(response: &mut reqwest::Response, max: usize) -> Option<Vec<u8>> {
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return None;
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if chunk.len() > max - out.len() {
+            return None;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Some(out)
 }
 
 /// Whether a webhook may be sent to `ip`.
@@ -234,7 +255,8 @@ mod tests {
 
     use bytes::Bytes;
     use http_body_util::combinators::BoxBody;
-    use http_body_util::{BodyExt, Full};
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use hyper::body::Frame;
 
     type Reply = hyper::Response<BoxBody<Bytes, Infallible>>;
 
@@ -276,6 +298,20 @@ mod tests {
         let mut response = hyper::Response::new(Full::new(body.into()).boxed());
         *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
         response
+    }
+
+    /// `json` followed by spaces, `len` bytes in all.
+    fn padded(json: &str, len: usize) -> String {
+        format!("{json}{}", " ".repeat(len - json.len()))
+    }
+
+    /// A 200 answer whose body never ends.
+    fn endless() -> Reply {
+        let chunk = Bytes::from(vec![b' '; 4096]);
+        let body = StreamBody::new(futures::stream::repeat_with(move || {
+            Ok::<_, Infallible>(Frame::data(chunk.clone()))
+        }));
+        hyper::Response::new(BodyExt::boxed(body))
     }
 
     /// A target that stays current for `current_for` attempts and records
@@ -341,6 +377,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn delivery_stops_after_the_maximum_attempts() {
+        let hook = receiver(|_| reply(500, "down")).await;
+        let target = Target::new(&hook.url);
+        let end = client(no_pauses()).deliver(&target, "{}").await;
+        assert_eq!(
+            end,
+            DeliveryEnd::GaveUp {
+                attempts: DELIVERY_ATTEMPTS_MAX
+            }
+        );
+        assert_eq!(hook.hits.load(Ordering::SeqCst), DELIVERY_ATTEMPTS_MAX);
+        assert_eq!(
+            target.settled(),
+            vec![Attempt::Failed; DELIVERY_ATTEMPTS_MAX as usize]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_webhook_is_given_up_on_too() {
+        // A port nobody listens on: every attempt fails to connect.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        drop(listener);
+        let target = Target::new(&url);
+        let end = client(no_pauses()).deliver(&target, "{}").await;
+        assert_eq!(
+            end,
+            DeliveryEnd::GaveUp {
+                attempts: DELIVERY_ATTEMPTS_MAX
+            }
+        );
+        assert_eq!(target.settled().len(), DELIVERY_ATTEMPTS_MAX as usize);
+    }
+
+    #[tokio::test]
     async fn delivery_retries_until_the_webhook_answers() {
         let hook = receiver(|n| {
             if n < 3 {
@@ -384,6 +455,44 @@ mod tests {
         // Jitter adds at most 20 % of the base.
         assert_eq!(policy.delay(1, 200), Duration::from_millis(1_100));
         assert_eq!(policy.delay(1, 201), Duration::from_millis(900));
+    }
+
+    #[tokio::test]
+    async fn a_reply_of_the_maximum_size_is_read() {
+        let body = padded(r#"{"done":true}"#, REPLY_BYTES_MAX);
+        assert_eq!(body.len(), REPLY_BYTES_MAX);
+        let hook = receiver(move |_| reply(200, body.clone())).await;
+        let target = Target::new(&hook.url);
+        client(no_pauses()).deliver(&target, "{}").await;
+        assert_eq!(target.settled(), vec![Attempt::Done]);
+    }
+
+    #[tokio::test]
+    async fn a_longer_reply_is_not_read() {
+        let body = padded(r#"{"done":true}"#, REPLY_BYTES_MAX + 1);
+        let hook = receiver(move |_| reply(200, body.clone())).await;
+        let target = Target::new(&hook.url);
+        let end = client(no_pauses()).deliver(&target, "{}").await;
+        assert_eq!(end, DeliveryEnd::Stopped { attempts: 1 });
+        assert_eq!(target.settled(), vec![Attempt::Accepted]);
+    }
+
+    /// A reply that never ends is cut off at the bound, not read until the
+    /// time-out (an hour here: without the bound the wait below fails).
+    #[tokio::test]
+    async fn an_endless_reply_is_cut_off_at_the_bound() {
+        let hook = receiver(|_| endless()).await;
+        let target = Target::new(&hook.url);
+        let policy = DeliveryPolicy {
+            timeout: Duration::from_secs(3_600),
+            ..no_pauses()
+        };
+        let client = client(policy);
+        let end = tokio::time::timeout(Duration::from_secs(60), client.deliver(&target, "{}"))
+            .await
+            .expect("the endless reply was cut off");
+        assert_eq!(end, DeliveryEnd::Stopped { attempts: 1 });
+        assert_eq!(target.settled(), vec![Attempt::Accepted]);
     }
 
     #[test]
