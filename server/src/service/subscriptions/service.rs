@@ -120,11 +120,22 @@ impl Subscriptions {
         store: Arc<dyn ObjectStore>,
         allow_loopback_webhooks: bool,
     ) -> Result<Arc<Subscriptions>, OpenError> {
+        let policy = DeliveryPolicy::default();
+        Self::open_with_policy(streams, store, allow_loopback_webhooks, policy).await
+    }
+
+    /// [`Subscriptions::open`] with webhooks delivered under `policy`.
+    pub(crate) async fn open_with_policy(
+        streams: Arc<Streams>,
+        store: Arc<dyn ObjectStore>,
+        allow_loopback_webhooks: bool,
+        policy: DeliveryPolicy,
+    ) -> Result<Arc<Subscriptions>, OpenError> {
         let signer = Signer::load(&store, || streams.random_bytes16()).await?;
         let mut token_key = [0u8; 32];
         token_key[..16].copy_from_slice(&streams.random_bytes16());
         token_key[16..].copy_from_slice(&streams.random_bytes16());
-        let webhooks = WebhookClient::new(allow_loopback_webhooks, DeliveryPolicy::default())
+        let webhooks = WebhookClient::new(allow_loopback_webhooks, policy)
             .map_err(OpenError::WebhookClient)?;
         let records = RecordStore::new(store);
         let mut subs = HashMap::new();
@@ -773,12 +784,5 @@ impl DeliveryTarget for WakeDelivery {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn creation_times_are_rfc3339_with_milliseconds() {
-        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
-    }
-}
+#[path = "service_tests.rs"]
+mod tests;
