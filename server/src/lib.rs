@@ -3,7 +3,7 @@
 //! * `service` — what the surfaces do to streams, without HTTP;
 //! * `http` — the two HTTP surfaces; the only place that knows status codes;
 //! * `ds` — the Durable Streams protocol's encodings (offsets, JSON bodies);
-//! * `subscriptions` — webhook subscriptions;
+
 //! * `cli` — the command line (serve, operator commands, keys, benchmarks);
 //! * `bench` — the benchmarks.
 //!
@@ -15,4 +15,3 @@ pub mod cli;
 pub mod ds;
 pub mod http;
 pub mod service;
-pub mod subscriptions;

@@ -27,8 +27,8 @@ use strata_segments::StreamKey;
 
 use crate::http::{AppState, HttpConfig};
 use crate::service::registry::Registry;
+use crate::service::subscriptions::{SubscriptionObserver, Subscriptions};
 use crate::service::{Streams, StreamsConfig};
-use crate::subscriptions::{SubscriptionObserver, Subscriptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -376,7 +376,7 @@ impl Server {
         let subscriptions =
             Subscriptions::open(streams.clone(), store.clone(), args.allow_loopback_webhooks)
                 .await
-                .map_err(ServeError::Usage)?;
+                .map_err(|e| ServeError::Usage(e.to_string()))?;
         streams.set_observer(Arc::new(SubscriptionObserver(Arc::downgrade(
             &subscriptions,
         ))));

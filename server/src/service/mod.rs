@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod names;
 pub mod product;
 pub mod registry;
+pub mod subscriptions;
 pub mod tenancy;
 pub mod topology;
 pub mod write_token;

@@ -15,9 +15,9 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::error::ApiError;
+use crate::service::subscriptions::Subscriptions;
 use crate::service::tenancy::Tenancy;
 use crate::service::{ServiceError, Streams};
-use crate::subscriptions::Subscriptions;
 
 /// Server settings the handlers read.
 pub struct HttpConfig {

@@ -1,6 +1,14 @@
-//! Routes of the reserved `__ds` API under `/v1/stream/__ds/`: the JWKS, and
-//! subscriptions with their streams, callbacks, claims, acks and releases.
-//! Errors are `{"error":{"code","message",…}}` with upper-case codes.
+//! The handlers of the `__ds` API: routes, and requests through the service.
+//!
+//! Owns the route table ([`parse_route`]) and [`handle`], which reads the
+//! body, parses it ([`super::parse`]), calls the subscription service and
+//! writes its typed answer as JSON or its refusal through [`super::errors`].
+//!
+//! Invariant: checks run in the order they always have, so a request wrong in
+//! two ways gets the same answer as before: the id before the body of a PUT,
+//! the token before the body of a callback, ack or release, the body before
+//! the subscription's existence, and the wake's fence before its acks (the
+//! service checks those).
 
 use std::sync::Arc;
 
@@ -8,16 +16,25 @@ use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use percent_encoding::percent_decode_str;
-use serde_json::{json, Value};
+use serde::Serialize;
 
-use super::{empty, full, read_body, ApiError, ApiResult, AppState, Body};
-use crate::subscriptions::SubError;
+use super::errors::{error_answer, Refusal};
+use super::parse::{parse_ack, parse_add_streams, parse_claim, parse_config, parse_release};
+use crate::http::{empty, full, read_body, ApiError, ApiResult, AppState, Body};
+use crate::service::subscriptions::{check_id, SubError};
 
 /// Largest body the subscription API reads.
 const SUB_BODY_BYTES_MAX: usize = 1 << 20;
 
-fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
-    let mut response = Response::new(full(value.to_string()));
+fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    match serde_json::to_string(value) {
+        Ok(text) => json_text(status, text),
+        Err(e) => refusal_response(Refusal::Service(SubError::Encoding(e))),
+    }
+}
+
+fn json_text(status: StatusCode, text: String) -> Response<Body> {
+    let mut response = Response::new(full(text));
     *response.status_mut() = status;
     response
         .headers_mut()
@@ -25,13 +42,15 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
     response
 }
 
-fn sub_error(e: SubError) -> Response<Body> {
-    let mut error = json!({"code": e.code, "message": e.message});
-    for (k, v) in e.extra {
-        error[k] = v;
-    }
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
-    json_response(status, &json!({ "error": error }))
+fn no_content() -> Response<Body> {
+    let mut response = Response::new(empty());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+fn refusal_response(refusal: Refusal) -> Response<Body> {
+    let (status, body) = error_answer(refusal);
+    json_text(status, body.to_string())
 }
 
 fn decode(segment: &str) -> Result<String, ApiError> {
@@ -126,14 +145,7 @@ pub async fn handle(
             );
             return Ok(response);
         }
-        SubRoute::NotFound => {
-            return Ok(sub_error(SubError {
-                status: 404,
-                code: "NOT_FOUND",
-                message: "no such route".into(),
-                extra: Vec::new(),
-            }))
-        }
+        SubRoute::NotFound => return Ok(refusal_response(Refusal::NoRoute)),
         SubRoute::Subscription { id, action } => (id, action),
     };
     let host = request
@@ -150,49 +162,53 @@ pub async fn handle(
         .and_then(|k| strata_segments::StreamKey::parse(k).ok())
         .or_else(|| state.config.dev_default_key.clone());
     let body = read_body(request.into_body(), SUB_BODY_BYTES_MAX).await?;
-    let result: Result<Response<Body>, SubError> = match action {
-        SubAction::Put => subs
-            .put(&id, &body, &format!("http://{host}"), key)
-            .await
-            .map(|(created, value)| {
-                let status = if created {
+    let result: Result<Response<Body>, Refusal> = async {
+        Ok(match action {
+            SubAction::Put => {
+                check_id(&id)?;
+                let config = parse_config(&body)?;
+                let put = subs
+                    .put(&id, config, &format!("http://{host}"), key)
+                    .await?;
+                let status = if put.created {
                     StatusCode::CREATED
                 } else {
                     StatusCode::OK
                 };
-                json_response(status, &value)
-            }),
-        SubAction::Get => subs
-            .get(&id)
-            .await
-            .map(|v| json_response(StatusCode::OK, &v)),
-        SubAction::Delete => subs.delete(&id).await.map(|_| no_content()),
-        SubAction::AddStreams => subs.add_streams(&id, &body).await.map(|_| no_content()),
-        SubAction::RemoveStream(path) => subs.remove_stream(&id, &path).await.map(|_| no_content()),
-        SubAction::Acknowledge => subs
-            .acknowledge(&id, token.as_deref(), &body)
-            .await
-            .map(|v| json_response(StatusCode::OK, &v)),
-        SubAction::Claim => subs
-            .claim(&id, &body)
-            .await
-            .map(|v| json_response(StatusCode::OK, &v)),
-        SubAction::Release => subs
-            .release(&id, token.as_deref(), &body)
-            .await
-            .map(|_| no_content()),
-        SubAction::Unknown => Err(SubError {
-            status: 404,
-            code: "NOT_FOUND",
-            message: "no such route".into(),
-            extra: Vec::new(),
-        }),
-    };
-    Ok(result.unwrap_or_else(sub_error))
-}
-
-fn no_content() -> Response<Body> {
-    let mut response = Response::new(empty());
-    *response.status_mut() = StatusCode::NO_CONTENT;
-    response
+                json_response(status, &put.subscription)
+            }
+            SubAction::Get => json_response(StatusCode::OK, &subs.get(&id).await?),
+            SubAction::Delete => {
+                subs.delete(&id).await?;
+                no_content()
+            }
+            SubAction::AddStreams => {
+                let request = parse_add_streams(&body)?;
+                subs.add_streams(&id, request).await?;
+                no_content()
+            }
+            SubAction::RemoveStream(path) => {
+                subs.remove_stream(&id, &path).await?;
+                no_content()
+            }
+            SubAction::Acknowledge => {
+                let token = subs.verify_token(&id, token.as_deref())?;
+                let request = parse_ack(&body)?;
+                json_response(StatusCode::OK, &subs.acknowledge(&token, request).await?)
+            }
+            SubAction::Claim => {
+                let request = parse_claim(&body)?;
+                json_response(StatusCode::OK, &subs.claim(&id, request).await?)
+            }
+            SubAction::Release => {
+                let token = subs.verify_token(&id, token.as_deref())?;
+                let wake = parse_release(&body)?;
+                subs.release(&token, wake).await?;
+                no_content()
+            }
+            SubAction::Unknown => return Err(Refusal::NoRoute),
+        })
+    }
+    .await;
+    Ok(result.unwrap_or_else(refusal_response))
 }
