@@ -141,3 +141,19 @@ fn a_seed_replays_exactly() {
         assert_eq!(a, b, "seed {seed} did not replay identically");
     }
 }
+
+/// Seeds that once failed, run on every test run whatever `SIM_SEEDS` says:
+/// 3230 (a WAL PUT retry that met a newer owner's tombstone over its own
+/// landed attempt was answered "fenced" though its record was served) and
+/// 8779 (a seal whose outcome was unknown, joined while a WAL failure was
+/// settled, asked for a second re-open after the first had settled it; the
+/// shard then stayed unavailable past the workload's patience).
+#[test]
+fn seeds_that_once_failed() {
+    let config = SimConfig::default();
+    for seed in [3230, 8779] {
+        if let Err(failure) = run(seed, &config) {
+            panic!("{failure}");
+        }
+    }
+}

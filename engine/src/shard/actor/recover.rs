@@ -37,7 +37,6 @@ impl Actor {
         if !wal_failed && !self.owner.reopen_needed {
             return;
         }
-        self.owner.reopen_needed = false;
         self.fail_pending(EngineError::OutcomeUnknown);
         self.wal.failed_issue = None;
         // A seal in flight lands or fails before the re-claim, so the manifest
@@ -48,6 +47,10 @@ impl Actor {
         if self.owner.fenced {
             return;
         }
+        // This re-open reads the manifest from the store, which settles a
+        // seal whose outcome was unknown too (one that joined just above
+        // included): no second re-open for it.
+        self.owner.reopen_needed = false;
         self.reopen().await;
     }
 
