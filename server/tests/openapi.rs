@@ -1013,7 +1013,7 @@ async fn every_documented_operation_answers_as_documented() {
     .await;
     // The create completes after its answer.
     let api_c = Api::new(&server_c, Some(TOKEN), DEV_KEY);
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     while api_c.metadata("slow").await.status != 200 {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(30),

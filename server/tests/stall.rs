@@ -8,6 +8,9 @@
 //! A WAL write that fails after it may have reached the store answers 503
 //! `outcome_unknown` on both surfaces too.
 
+// The answers' real latency is what these tests measure.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,6 +4,9 @@
 //! deadline (plus slack), the ones that timed out are retried with the same
 //! producer tuple once the store is back (SIGCONT), and every record is there
 //! exactly once, in order. Needs moto in `.venv` (`scripts/test` installs it).
+
+// The answers' real latency is what these tests measure.
+#![allow(clippy::disallowed_methods)]
 #![cfg(feature = "s3-tests")]
 
 mod common;

@@ -19,7 +19,7 @@
 //!    anything it writes after the fence is from an older epoch and skipped.
 
 use std::collections::{BTreeSet, HashSet};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};

@@ -80,6 +80,8 @@ fn timer() -> &'static std::sync::Mutex<Sender<Wake>> {
     })
 }
 
+// Real time on purpose: this emulates a store's latency for benchmarks.
+#[allow(clippy::disallowed_methods)]
 fn run_timer(requests: Receiver<Wake>) {
     let mut pending: BinaryHeap<Reverse<Wake>> = BinaryHeap::new();
     loop {
@@ -101,6 +103,7 @@ fn run_timer(requests: Receiver<Wake>) {
 }
 
 /// Sleeps for `wait` of real time, accurate to tens of microseconds.
+#[allow(clippy::disallowed_methods)]
 pub async fn precise_sleep(wait: Duration) {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let (done, rx) = oneshot::channel();
@@ -123,6 +126,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    #[allow(clippy::disallowed_methods)]
     async fn sleeps_about_as_long_as_asked() {
         for ms in [1u64, 5, 25] {
             let start = Instant::now();

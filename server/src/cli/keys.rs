@@ -118,7 +118,7 @@ pub fn run(command: KeysCommand) -> Result<(), KeysError> {
         }
         KeysCommand::Fingerprint(args) => {
             let key = stream_key(&args.key)?;
-            println!("{}", hex(&fingerprint(&epoch(&args.epoch)?, &key)));
+            println!("{}", hex(fingerprint(&epoch(&args.epoch)?, &key)));
         }
         KeysCommand::Derive {
             key,

@@ -318,7 +318,7 @@ impl Catalog {
             let next = Bucket {
                 format: CATALOG_FORMAT,
                 entries,
-                write_token: hex::encode(&self.entropy.bytes16()),
+                write_token: hex::encode(self.entropy.bytes16()),
             };
             let written = match &current {
                 Some(c) => object.replace(c, next).await,

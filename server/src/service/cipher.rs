@@ -17,10 +17,13 @@ use super::routing::stream_ref;
 /// Most stream ciphers kept derived.
 const CIPHER_CACHE_MAX: usize = 100_000;
 
-/// Derived ciphers by (stream id, incarnation).
+/// A stream incarnation: (stream id, incarnation).
+type IncarnationKey = ([u8; 16], u64);
+
+/// Derived ciphers by stream incarnation.
 #[derive(Default)]
 pub struct CipherCache {
-    ciphers: Mutex<HashMap<([u8; 16], u64), Arc<StreamCipher>>>,
+    ciphers: Mutex<HashMap<IncarnationKey, Arc<StreamCipher>>>,
 }
 
 impl CipherCache {

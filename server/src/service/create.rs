@@ -79,10 +79,10 @@ impl Streams {
             format: DESCRIPTOR_FORMAT,
             project: project.to_string(),
             name: name.to_string(),
-            stream_id: hex(&id),
+            stream_id: hex(id),
             incarnation,
-            epoch: hex(&epoch.0),
-            key_fingerprint: hex(&cipher.fingerprint()),
+            epoch: hex(epoch.0),
+            key_fingerprint: hex(cipher.fingerprint()),
             content_type: content_type.clone(),
             created_ms: now,
             ttl_seconds: expiry.ttl_seconds,
@@ -93,7 +93,7 @@ impl Streams {
             fork_refs: 0,
             watches: spec.watches.clone(),
             state: StreamState::Live,
-            write_token: hex(&self.entropy.bytes16()),
+            write_token: hex(self.entropy.bytes16()),
         };
         if let Some(f) = &fork {
             self.adjust_fork_refs(project, &f.origin.source, f.origin.source_incarnation, 1)

@@ -124,7 +124,7 @@ impl Streams {
         }
         let mut next = current.value.clone();
         next.fork_refs = next.fork_refs.saturating_add_signed(delta);
-        next.write_token = hex(&self.entropy.bytes16());
+        next.write_token = hex(self.entropy.bytes16());
         Ok(Some(entry.store(Some(&current), next).await?))
     }
 
@@ -153,7 +153,7 @@ impl Streams {
             }
             let mut updated = current.value.clone();
             updated.fork_refs = updated.fork_refs.saturating_sub(1);
-            updated.write_token = hex(&self.entropy.bytes16());
+            updated.write_token = hex(self.entropy.bytes16());
             if updated.fork_refs == 0 && updated.state == StreamState::SoftDeleted {
                 updated.state = StreamState::Deleted;
                 entry.store(Some(&current), updated.clone()).await?;

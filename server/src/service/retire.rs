@@ -38,7 +38,7 @@ impl Streams {
         current: &Arc<Versioned<Descriptor>>,
     ) -> Result<(), ServiceError> {
         let mut next = current.value.clone();
-        next.write_token = hex(&self.entropy.bytes16());
+        next.write_token = hex(self.entropy.bytes16());
         if next.fork_refs > 0 {
             next.state = StreamState::SoftDeleted;
             entry.store(Some(current), next.clone()).await?;

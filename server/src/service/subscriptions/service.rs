@@ -160,7 +160,7 @@ impl Subscriptions {
     /// Writes the record after a change (best effort after the first write:
     /// a failed save leaves the in-memory state authoritative until restart).
     async fn save(&self, id: &str, st: &mut SubState) -> Result<(), SubError> {
-        st.record.write_token = hex(&self.streams.random_bytes16());
+        st.record.write_token = hex(self.streams.random_bytes16());
         self.records.save(id, &st.record, &mut st.stored).await
     }
 
@@ -464,7 +464,7 @@ impl Subscriptions {
         }
         st.record.generation += 1;
         let generation = st.record.generation;
-        let wake_id = format!("w_{}", &hex(&self.streams.random_bytes16())[..24]);
+        let wake_id = format!("w_{}", &hex(self.streams.random_bytes16())[..24]);
         let snapshot: BTreeMap<String, u64> =
             tails.iter().map(|t| (t.path.clone(), t.tail)).collect();
         st.wake = Some(Wake {

@@ -81,7 +81,7 @@ impl Signer {
                     let mut seed = [0u8; 32];
                     seed[..16].copy_from_slice(&random());
                     seed[16..].copy_from_slice(&random());
-                    let stored = serde_json::to_vec(&StoredSigningKey { seed: hex(&seed) })
+                    let stored = serde_json::to_vec(&StoredSigningKey { seed: hex(seed) })
                         .map_err(|e| failed(&e))?;
                     let create = PutOptions {
                         mode: PutMode::Create,

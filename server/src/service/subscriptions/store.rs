@@ -247,19 +247,19 @@ mod tests {
             base_url: "http://localhost".into(),
             links: BTreeMap::new(),
             generation: 0,
-            write_token: hex(&[1; 16]),
+            write_token: hex([1; 16]),
         };
         let mut stored = None;
         store.save("s1", &record, &mut stored).await.unwrap();
         record.generation = 1;
-        record.write_token = hex(&[2; 16]);
+        record.write_token = hex([2; 16]);
         store.save("s1", &record, &mut stored).await.unwrap();
         // A stale version is refused, and the re-read version is kept.
         let mut stale = store.load("s1").await;
         record.generation = 2;
-        record.write_token = hex(&[3; 16]);
+        record.write_token = hex([3; 16]);
         store.save("s1", &record, &mut stored).await.unwrap();
-        record.write_token = hex(&[4; 16]);
+        record.write_token = hex([4; 16]);
         assert!(matches!(
             store.save("s1", &record, &mut stale).await,
             Err(SubError::StoreFailed)

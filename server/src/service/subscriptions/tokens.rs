@@ -84,7 +84,7 @@ impl TokenKey {
             sub: format!("subscription:{id}"),
             generation,
             exp: now_ms / 1000 + TOKEN_LIFETIME_S,
-            jti: hex(&jti),
+            jti: hex(jti),
         };
         let payload = B64URL.encode(claims.to_json());
         let mut mac = self.mac.clone();
