@@ -180,6 +180,7 @@ impl Target {
 
     /// A fresh prefix of the moto bucket `scripts/test` starts.
     #[cfg(feature = "s3-tests")]
+    #[allow(clippy::disallowed_methods)] // a unique prefix per run, not simulated time
     fn s3(name: &str) -> Target {
         let endpoint = std::env::var("STRATA_TEST_S3_ENDPOINT").expect("scripts/test starts moto");
         let bucket = std::env::var("STRATA_TEST_S3_BUCKET").expect("STRATA_TEST_S3_BUCKET");
