@@ -30,6 +30,7 @@ fn s3(prefix: &str) -> Arc<dyn ObjectStore> {
         },
         ..StoreOptions::default()
     };
+    #[allow(clippy::disallowed_methods)] // a unique prefix per run, not simulated time
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
