@@ -20,11 +20,6 @@ pub fn stream_id(project: &str, name: &str) -> [u8; 16] {
     id
 }
 
-/// Lower-case hex of a byte string (ids in object names and logs).
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid shard name {name:?}: use 1-64 characters of [a-z0-9-], starting with a letter or digit")]
 pub struct InvalidShardName {
@@ -69,13 +64,13 @@ pub struct InstanceId(pub [u8; 16]);
 
 impl fmt::Debug for InstanceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "InstanceId({})", hex(&self.0))
+        write!(f, "InstanceId({})", hex::encode(self.0))
     }
 }
 
 impl fmt::Display for InstanceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex(&self.0))
+        f.write_str(&hex::encode(self.0))
     }
 }
 

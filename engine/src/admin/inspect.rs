@@ -13,9 +13,10 @@ use strata_manifest::Manifest;
 use crate::admin::objects::{list_wal_slots, load_manifest};
 use crate::env::EngineEnv;
 use crate::error::EngineError;
-use crate::ids::{hex, ShardName};
+use crate::ids::ShardName;
 use crate::layout::{parse_shard_folder, shards_root, ImmutableKind, ObjectId, ShardLayout};
 use crate::shard::{inspect_log, DurableStream, ShardConfig, StreamStatus};
+use hex::encode as hex;
 
 /// One shard as `list` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -47,7 +48,7 @@ impl ManifestSummary {
         ManifestSummary {
             version: m.version,
             writer_epoch: m.writer.epoch,
-            writer_instance: hex(&m.writer.instance),
+            writer_instance: hex(m.writer.instance),
             replay_slot: m.replay.slot,
             index_runs: m.index_runs.len(),
             segments: m.segments.len(),
@@ -133,7 +134,7 @@ pub struct StreamSummary {
 impl StreamSummary {
     pub fn of(s: &DurableStream) -> Self {
         StreamSummary {
-            stream_id: hex(&s.tail.stream.id),
+            stream_id: hex(s.tail.stream.id),
             incarnation: s.tail.stream.incarnation,
             status: match s.tail.status {
                 StreamStatus::Open => "open",

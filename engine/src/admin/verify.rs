@@ -25,13 +25,14 @@ use crate::admin::objects::{
 };
 use crate::env::EngineEnv;
 use crate::error::EngineError;
-use crate::ids::{hex, ShardName};
+use crate::ids::ShardName;
 use crate::layout::{ObjectId, ShardLayout};
 use crate::shard::sealed::{apply_run, decode_sealed, SealedChunk};
 use crate::shard::tiers::check as check_chunk;
 use crate::shard::{
     inspect_log_at, inspect_log_from, DurableStream, ShardConfig, StreamStatus, StreamTable,
 };
+use hex::encode as hex;
 
 /// Objects fetched at once by a verification.
 const FETCHES_PARALLEL: usize = 16;
@@ -532,7 +533,7 @@ async fn stranded_records(
         .into_iter()
         .filter(|(_, (from, to))| from < to)
         .map(|((id, incarnation), (from, to))| RecordRange {
-            stream_id: hex(&id),
+            stream_id: hex(id),
             incarnation,
             from,
             to,

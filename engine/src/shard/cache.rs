@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use strata_segments::segment::Chunk;
 
-use crate::ids::hex;
+use hex::encode as hex;
 
 struct CacheEntry {
     bytes: u64,

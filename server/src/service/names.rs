@@ -11,9 +11,9 @@
 //! topology.json                                    the shard count (CAS, written once)
 //! ```
 
+use hex::encode as hex;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
-use strata_engine::ids::hex;
 
 /// 32 hex digits of SHA-256 over a name: names in object keys carry no plaintext.
 fn name_hash(domain: &str, name: &str) -> String {

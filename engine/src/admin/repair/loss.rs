@@ -9,15 +9,15 @@ use super::evidence::{Evidence, Incarnation};
 use super::report::{LostChange, StreamAfter};
 use crate::admin::inspect::StreamSummary;
 use crate::admin::verify::{check_stream_offsets, RecordRange};
-use crate::ids::hex;
 use crate::shard::{LogView, StreamStatus, StreamTable};
+use hex::encode as hex;
 
 /// Whether every live stream of `view` holds each of its records exactly
 /// once, from offset 0 to its tail (sealed chunks, then unsealed pages).
 pub(super) fn whole(view: &LogView) -> Result<(), String> {
     for s in view.streams.streams.values() {
         check_stream_offsets(s)
-            .map_err(|why| format!("stream {}: {why}", hex(&s.tail.stream.id)))?;
+            .map_err(|why| format!("stream {}: {why}", hex(s.tail.stream.id)))?;
     }
     Ok(())
 }
@@ -48,7 +48,7 @@ pub(super) fn from_recovered(ranges: Vec<RecordRange>, table: &StreamTable) -> V
         .into_iter()
         .map(|mut r| {
             if let Some(s) = table.streams.values().find(|s| {
-                hex(&s.tail.stream.id) == r.stream_id && s.tail.stream.incarnation == r.incarnation
+                hex(s.tail.stream.id) == r.stream_id && s.tail.stream.incarnation == r.incarnation
             }) {
                 r.from = r.from.min(s.tail.next_offset);
             }
