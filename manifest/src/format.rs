@@ -18,7 +18,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use strata_codec::{ReadBytes, ReadError};
 
-use crate::cas::CasCodec;
+use crate::store::CasCodec;
 
 pub const MAGIC: [u8; 8] = *b"STRATAMF";
 pub const FORMAT_VERSION: u16 = 1;
