@@ -7,8 +7,8 @@
 //! would fence the winner in turn). The engine then writes the fence object at
 //! the first free WAL slot, which stops the previous owner's WAL writes.
 
-use crate::cas::{CasError, CasObject, Versioned};
 use crate::format::{Manifest, ManifestCodec, ManifestError, WriterIdentity};
+use crate::store::{CasError, CasObject, Versioned};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
@@ -74,7 +74,7 @@ pub async fn claim_shard(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cas::RetryPolicy;
+    use crate::store::RetryPolicy;
     use object_store::memory::InMemory;
     use object_store::path::Path;
     use std::sync::Arc;

@@ -15,9 +15,10 @@
 //! *Fence windows* are WAL slots that must stay occupied forever (see
 //! [`Manifest::fence_windows`]).
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use strata_codec::{ReadBytes, ReadError};
 
-use crate::cas::CasCodec;
+use crate::store::CasCodec;
 
 pub const MAGIC: [u8; 8] = *b"STRATAMF";
 pub const FORMAT_VERSION: u16 = 1;
@@ -47,6 +48,18 @@ pub enum ManifestError {
         field: &'static str,
         reason: &'static str,
     },
+}
+
+impl From<ReadError> for ManifestError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Truncated { field } => ManifestError::Truncated { field },
+            ReadError::NotUtf8 { field } => ManifestError::Invalid {
+                field,
+                reason: "not UTF-8",
+            },
+        }
+    }
 }
 
 /// The owner that wrote a manifest: instance, epoch, and a random id unique to
@@ -267,32 +280,28 @@ pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
         return Err(ManifestError::CrcMismatch { stored, computed });
     }
     let mut b = bytes.slice(10..crc_at);
-    if get_u16(&mut b, "reserved")? != 0 {
+    if b.read_u16("reserved")? != 0 {
         return Err(ManifestError::Invalid {
             field: "reserved",
             reason: "must be zero",
         });
     }
-    let manifest_version = get_u64(&mut b, "version")?;
-    let epoch = get_u64(&mut b, "writer epoch")?;
-    let instance = get_array(&mut b, "writer instance")?;
-    let write_id = get_array(&mut b, "write id")?;
-    let name_len = get_u16(&mut b, "shard name length")? as usize;
+    let manifest_version = b.read_u64("version")?;
+    let epoch = b.read_u64("writer epoch")?;
+    let instance = b.read_array("writer instance")?;
+    let write_id = b.read_array("write id")?;
+    let name_len = b.read_u16("shard name length")? as usize;
     if name_len == 0 || name_len > MAX_SHARD_NAME_BYTES || name_len > b.len() {
         return Err(ManifestError::Invalid {
             field: "shard name",
             reason: "length must be 1..=64 bytes and inside the object",
         });
     }
-    let shard =
-        String::from_utf8(b.split_to(name_len).to_vec()).map_err(|_| ManifestError::Invalid {
-            field: "shard name",
-            reason: "not UTF-8",
-        })?;
+    let shard = b.read_utf8(name_len, "shard name")?;
     let replay = ReplayPoint {
-        slot: get_u64(&mut b, "replay slot")?,
-        epoch_floor: get_u64(&mut b, "replay epoch floor")?,
-        chain_end: get_u64(&mut b, "replay chain end")?,
+        slot: b.read_u64("replay slot")?,
+        epoch_floor: b.read_u64("replay epoch floor")?,
+        chain_end: b.read_u64("replay chain end")?,
     };
     if replay.chain_end != NO_SLOT && replay.chain_end >= replay.slot {
         return Err(ManifestError::Invalid {
@@ -300,7 +309,7 @@ pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
             reason: "must precede the replay slot",
         });
     }
-    let next_object_id = get_u64(&mut b, "next object id")?;
+    let next_object_id = b.read_u64("next object id")?;
     let index_runs = get_refs(&mut b, "index runs")?
         .into_iter()
         .map(|(id, bytes)| IndexRunRef { id, bytes })
@@ -349,35 +358,11 @@ fn windows_are_valid(windows: &[SlotRange]) -> bool {
 }
 
 fn get_refs(b: &mut Bytes, field: &'static str) -> Result<Vec<(u64, u64)>, ManifestError> {
-    let count = get_u32(b, field)? as usize;
-    if count.saturating_mul(16) > b.len() {
-        return Err(ManifestError::Truncated { field });
-    }
+    let count = b.read_u32(field)? as usize;
+    b.ensure_items(count, 16, field)?;
     (0..count)
-        .map(|_| Ok((get_u64(b, field)?, get_u64(b, field)?)))
+        .map(|_| Ok((b.read_u64(field)?, b.read_u64(field)?)))
         .collect()
-}
-
-fn get_u16(b: &mut Bytes, field: &'static str) -> Result<u16, ManifestError> {
-    b.try_get_u16_le()
-        .map_err(|_| ManifestError::Truncated { field })
-}
-
-fn get_u32(b: &mut Bytes, field: &'static str) -> Result<u32, ManifestError> {
-    b.try_get_u32_le()
-        .map_err(|_| ManifestError::Truncated { field })
-}
-
-fn get_u64(b: &mut Bytes, field: &'static str) -> Result<u64, ManifestError> {
-    b.try_get_u64_le()
-        .map_err(|_| ManifestError::Truncated { field })
-}
-
-fn get_array(b: &mut Bytes, field: &'static str) -> Result<[u8; 16], ManifestError> {
-    let mut out = [0u8; 16];
-    b.try_copy_to_slice(&mut out)
-        .map_err(|_| ManifestError::Truncated { field })?;
-    Ok(out)
 }
 
 /// [`CasCodec`] for manifests; the write token is the writer's write id.

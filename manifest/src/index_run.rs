@@ -24,7 +24,8 @@
 //! CRC-32C of every preceding byte, u32
 //! ```
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use strata_codec::{ReadBytes, ReadError};
 
 pub const MAGIC: [u8; 8] = *b"STRATAIX";
 pub const FORMAT_VERSION: u16 = 1;
@@ -51,6 +52,18 @@ pub enum IndexRunError {
         field: &'static str,
         reason: &'static str,
     },
+}
+
+impl From<ReadError> for IndexRunError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Truncated { field } => IndexRunError::Truncated { field },
+            ReadError::NotUtf8 { field } => IndexRunError::Invalid {
+                field,
+                reason: "not UTF-8",
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,20 +230,20 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
         return Err(IndexRunError::CrcMismatch);
     }
     let mut b = bytes.slice(10..crc_at);
-    if get_u16(&mut b, "reserved")? != 0 {
+    if b.read_u16("reserved")? != 0 {
         return Err(IndexRunError::Invalid {
             field: "reserved",
             reason: "must be zero",
         });
     }
-    let id = get_u64(&mut b, "run id")?;
-    let chain_end = get_u64(&mut b, "chain end")?;
-    let count = get_u32(&mut b, "entry count")? as usize;
+    let id = b.read_u64("run id")?;
+    let chain_end = b.read_u64("chain end")?;
+    let count = b.read_u32("entry count")? as usize;
     let mut entries = Vec::with_capacity(count.min(b.len() / 64));
     for _ in 0..count {
-        let stream_id = get_array(&mut b, "stream id")?;
-        let incarnation = get_u64(&mut b, "incarnation")?;
-        let status = match get_u8(&mut b, "status")? {
+        let stream_id = b.read_array("stream id")?;
+        let incarnation = b.read_u64("incarnation")?;
+        let status = match b.read_u8("status")? {
             0 => TailStatus::Open,
             1 => TailStatus::Closed,
             2 => TailStatus::Deleted,
@@ -241,18 +254,18 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
                 })
             }
         };
-        let next_offset = get_u64(&mut b, "next offset")?;
-        let payload_bytes = get_u64(&mut b, "payload bytes")?;
-        let created_ms = get_u64(&mut b, "created ms")?;
-        let closed_ms = Some(get_u64(&mut b, "closed ms")?).filter(|v| *v != NONE_MS);
-        let last_append_ms = Some(get_u64(&mut b, "last append ms")?).filter(|v| *v != NONE_MS);
-        let epoch = get_array(&mut b, "epoch")?;
-        let key_fingerprint = get_array(&mut b, "key fingerprint")?;
-        let has_seq = get_u8(&mut b, "stream seq flag")?;
-        let seq_len = get_u16(&mut b, "stream seq length")? as usize;
+        let next_offset = b.read_u64("next offset")?;
+        let payload_bytes = b.read_u64("payload bytes")?;
+        let created_ms = b.read_u64("created ms")?;
+        let closed_ms = Some(b.read_u64("closed ms")?).filter(|v| *v != NONE_MS);
+        let last_append_ms = Some(b.read_u64("last append ms")?).filter(|v| *v != NONE_MS);
+        let epoch = b.read_array("epoch")?;
+        let key_fingerprint = b.read_array("key fingerprint")?;
+        let has_seq = b.read_u8("stream seq flag")?;
+        let seq_len = b.read_u16("stream seq length")? as usize;
         let stream_seq = match has_seq {
             0 if seq_len == 0 => None,
-            1 if seq_len <= MAX_ID_BYTES => Some(get_bytes(&mut b, seq_len, "stream seq")?),
+            1 if seq_len <= MAX_ID_BYTES => Some(b.read_bytes(seq_len, "stream seq")?),
             _ => {
                 return Err(IndexRunError::Invalid {
                     field: "stream seq",
@@ -260,41 +273,32 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
                 })
             }
         };
-        let producer_count = get_u32(&mut b, "producer count")? as usize;
-        if producer_count.saturating_mul(2 + 32 + 16) > b.len() {
-            return Err(IndexRunError::Truncated { field: "producers" });
-        }
+        let producer_count = b.read_u32("producer count")? as usize;
+        b.ensure_items(producer_count, 2 + 32 + 16, "producers")?;
         let mut producers = Vec::with_capacity(producer_count);
         for _ in 0..producer_count {
-            let id_len = get_u16(&mut b, "producer id length")? as usize;
+            let id_len = b.read_u16("producer id length")? as usize;
             if id_len > MAX_ID_BYTES {
                 return Err(IndexRunError::Invalid {
                     field: "producer id",
                     reason: "longer than 256 bytes",
                 });
             }
-            let id = String::from_utf8(get_bytes(&mut b, id_len, "producer id")?.to_vec())
-                .map_err(|_| IndexRunError::Invalid {
-                    field: "producer id",
-                    reason: "not UTF-8",
-                })?;
+            let id = b.read_utf8(id_len, "producer id")?;
             producers.push(ProducerRecord {
                 id,
-                epoch: get_u64(&mut b, "producer epoch")?,
-                seq: get_u64(&mut b, "producer seq")?,
-                first_offset: get_u64(&mut b, "producer first offset")?,
-                next_offset: get_u64(&mut b, "producer next offset")?,
-                digest: get_array(&mut b, "producer digest")?,
+                epoch: b.read_u64("producer epoch")?,
+                seq: b.read_u64("producer seq")?,
+                first_offset: b.read_u64("producer first offset")?,
+                next_offset: b.read_u64("producer next offset")?,
+                digest: b.read_array("producer digest")?,
             });
         }
-        let chunk_count = get_u32(&mut b, "chunk count")? as usize;
-        if chunk_count.saturating_mul(4) > b.len() {
-            return Err(IndexRunError::Truncated { field: "chunks" });
-        }
+        let chunk_count = b.read_u32("chunk count")? as usize;
+        b.ensure_items(chunk_count, 4, "chunks")?;
         let mut chunks = Vec::with_capacity(chunk_count);
         for _ in 0..chunk_count {
-            let n = get_u32(&mut b, "chunk length")? as usize;
-            chunks.push(get_bytes(&mut b, n, "chunk")?);
+            chunks.push(b.read_prefixed_u32("chunk length", "chunk")?);
         }
         entries.push(RunEntry {
             stream_id,
@@ -327,35 +331,6 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
     };
     check(&run)?;
     Ok(run)
-}
-
-fn get_u8(b: &mut Bytes, field: &'static str) -> Result<u8, IndexRunError> {
-    b.try_get_u8()
-        .map_err(|_| IndexRunError::Truncated { field })
-}
-fn get_u16(b: &mut Bytes, field: &'static str) -> Result<u16, IndexRunError> {
-    b.try_get_u16_le()
-        .map_err(|_| IndexRunError::Truncated { field })
-}
-fn get_u32(b: &mut Bytes, field: &'static str) -> Result<u32, IndexRunError> {
-    b.try_get_u32_le()
-        .map_err(|_| IndexRunError::Truncated { field })
-}
-fn get_u64(b: &mut Bytes, field: &'static str) -> Result<u64, IndexRunError> {
-    b.try_get_u64_le()
-        .map_err(|_| IndexRunError::Truncated { field })
-}
-fn get_array(b: &mut Bytes, field: &'static str) -> Result<[u8; 16], IndexRunError> {
-    let mut out = [0u8; 16];
-    b.try_copy_to_slice(&mut out)
-        .map_err(|_| IndexRunError::Truncated { field })?;
-    Ok(out)
-}
-fn get_bytes(b: &mut Bytes, n: usize, field: &'static str) -> Result<Bytes, IndexRunError> {
-    if n > b.len() {
-        return Err(IndexRunError::Truncated { field });
-    }
-    Ok(b.split_to(n))
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
+use strata_codec::{ReadBytes, ReadError};
 
 use crate::page::parse_header;
 
@@ -76,6 +77,20 @@ pub enum SegmentError {
         field: &'static str,
         reason: &'static str,
     },
+}
+
+impl SegmentError {
+    /// Maps a failed field read inside `what` (a chunk, the table, a chunk
+    /// reference) to this crate's error: `Truncated { what, field }`.
+    fn within(what: &'static str) -> impl Fn(ReadError) -> SegmentError {
+        move |e| match e {
+            ReadError::Truncated { field } => SegmentError::Truncated { what, field },
+            ReadError::NotUtf8 { field } => SegmentError::Invalid {
+                field,
+                reason: "not UTF-8",
+            },
+        }
+    }
 }
 
 /// The 64-bit hash of a routing key used in directories and summaries.
@@ -143,18 +158,14 @@ impl RoutingSummary {
     }
 
     fn decode(b: &mut Bytes, what: &'static str) -> Result<Self, SegmentError> {
-        let kind = get_u8(b, what, "summary kind")?;
+        let within = SegmentError::within(what);
+        let kind = b.read_u8("summary kind").map_err(&within)?;
         // For an exact summary the count is of hashes (8 bytes each); for a
         // bloom filter it is of bits.
-        let count = get_u32(b, what, "summary count")? as usize;
+        let count = b.read_u32("summary count").map_err(&within)? as usize;
         match kind {
             0 => {
-                if count.saturating_mul(8) > b.len() {
-                    return Err(SegmentError::Truncated {
-                        what,
-                        field: "summary",
-                    });
-                }
+                b.ensure_items(count, 8, "summary").map_err(&within)?;
                 let hashes: Vec<u64> = (0..count).map(|_| b.get_u64_le()).collect();
                 if hashes.windows(2).any(|w| w[0] >= w[1]) {
                     return Err(SegmentError::Invalid {
@@ -171,12 +182,7 @@ impl RoutingSummary {
                         reason: "bloom bit count must be a positive multiple of 64",
                     });
                 }
-                if count / 8 > b.len() {
-                    return Err(SegmentError::Truncated {
-                        what,
-                        field: "summary",
-                    });
-                }
+                b.ensure_remaining(count / 8, "summary").map_err(&within)?;
                 let bits = (0..count / 64).map(|_| b.get_u64_le()).collect();
                 Ok(RoutingSummary::Bloom { bits })
             }
@@ -415,12 +421,13 @@ pub fn encode_chunk_ref(out: &mut BytesMut, r: &ChunkRef) {
 
 /// Decodes one chunk reference (the inverse of [`encode_chunk_ref`]).
 pub fn decode_chunk_ref(b: &mut Bytes, what: &'static str) -> Result<ChunkRef, SegmentError> {
-    let stream_id = get_array(b, what, "stream id")?;
-    let incarnation = get_u64(b, what, "incarnation")?;
-    let first_offset = get_u64(b, what, "first offset")?;
-    let end_offset = get_u64(b, what, "end offset")?;
-    let position = get_u64(b, what, "position")?;
-    let length = get_u64(b, what, "length")?;
+    let within = SegmentError::within(what);
+    let stream_id = b.read_array("stream id").map_err(&within)?;
+    let incarnation = b.read_u64("incarnation").map_err(&within)?;
+    let first_offset = b.read_u64("first offset").map_err(&within)?;
+    let end_offset = b.read_u64("end offset").map_err(&within)?;
+    let position = b.read_u64("position").map_err(&within)?;
+    let length = b.read_u64("length").map_err(&within)?;
     if end_offset <= first_offset {
         return Err(SegmentError::Invalid {
             field: "chunk offsets",
@@ -437,13 +444,8 @@ pub fn decode_chunk_ref(b: &mut Bytes, what: &'static str) -> Result<ChunkRef, S
         });
     }
     let summary = RoutingSummary::decode(b, what)?;
-    let count = get_u32(b, what, "anchor count")? as usize;
-    if count.saturating_mul(16) > b.len() {
-        return Err(SegmentError::Truncated {
-            what,
-            field: "anchors",
-        });
-    }
+    let count = b.read_u32("anchor count").map_err(&within)? as usize;
+    b.ensure_items(count, 16, "anchors").map_err(&within)?;
     let anchors = (0..count)
         .map(|_| {
             let offset = b.get_u64_le();
@@ -548,7 +550,8 @@ fn check_frame(
 /// Decodes and validates a segment's table.
 pub fn decode_table(bytes: &Bytes) -> Result<Vec<ChunkRef>, SegmentError> {
     let mut b = check_frame(bytes, &TABLE_MAGIC, "table", 16)?;
-    let count = get_u32(&mut b, "table", "chunk count")? as usize;
+    let within = SegmentError::within("table");
+    let count = b.read_u32("chunk count").map_err(&within)? as usize;
     let mut refs = Vec::with_capacity(count.min(b.len() / 64));
     for _ in 0..count {
         refs.push(decode_chunk_ref(&mut b, "table")?);
@@ -565,12 +568,13 @@ pub fn decode_table(bytes: &Bytes) -> Result<Vec<ChunkRef>, SegmentError> {
 /// Decodes and validates one chunk (its bytes exactly, header through CRC).
 pub fn decode_chunk(bytes: &Bytes) -> Result<Chunk, SegmentError> {
     let mut b = check_frame(bytes, &CHUNK_MAGIC, "chunk", CHUNK_HEADER_BYTES + 4)?;
-    let stream_id = get_array(&mut b, "chunk", "stream id")?;
-    let incarnation = get_u64(&mut b, "chunk", "incarnation")?;
-    let first_offset = get_u64(&mut b, "chunk", "first offset")?;
-    let record_count = get_u64(&mut b, "chunk", "record count")?;
-    let page_count = get_u32(&mut b, "chunk", "page count")? as usize;
-    let _reserved = get_u32(&mut b, "chunk", "reserved")?;
+    let within = SegmentError::within("chunk");
+    let stream_id = b.read_array("stream id").map_err(&within)?;
+    let incarnation = b.read_u64("incarnation").map_err(&within)?;
+    let first_offset = b.read_u64("first offset").map_err(&within)?;
+    let record_count = b.read_u64("record count").map_err(&within)?;
+    let page_count = b.read_u32("page count").map_err(&within)? as usize;
+    let _reserved = b.read_u32("reserved").map_err(&within)?;
     if page_count == 0 || page_count.saturating_mul(DIRECTORY_ENTRY_BYTES) > b.len() {
         return Err(SegmentError::Invalid {
             field: "page count",
@@ -637,32 +641,6 @@ pub fn decode_chunk(bytes: &Bytes) -> Result<Chunk, SegmentError> {
         directory,
         pages,
     })
-}
-
-fn get_u8(b: &mut Bytes, what: &'static str, field: &'static str) -> Result<u8, SegmentError> {
-    b.try_get_u8()
-        .map_err(|_| SegmentError::Truncated { what, field })
-}
-
-fn get_u32(b: &mut Bytes, what: &'static str, field: &'static str) -> Result<u32, SegmentError> {
-    b.try_get_u32_le()
-        .map_err(|_| SegmentError::Truncated { what, field })
-}
-
-fn get_u64(b: &mut Bytes, what: &'static str, field: &'static str) -> Result<u64, SegmentError> {
-    b.try_get_u64_le()
-        .map_err(|_| SegmentError::Truncated { what, field })
-}
-
-fn get_array(
-    b: &mut Bytes,
-    what: &'static str,
-    field: &'static str,
-) -> Result<[u8; 16], SegmentError> {
-    let mut out = [0u8; 16];
-    b.try_copy_to_slice(&mut out)
-        .map_err(|_| SegmentError::Truncated { what, field })?;
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@
 //! the header and every entry with exact length accounting. Page bytes inside
 //! append entries are returned as zero-copy slices of the input.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use strata_codec::{ReadBytes, ReadError};
 
 /// First eight bytes of every WAL object.
 pub const MAGIC: [u8; 8] = *b"STRATAWL";
@@ -77,6 +78,18 @@ pub enum WalError {
         declared: usize,
         used: usize,
     },
+}
+
+impl From<ReadError> for WalError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Truncated { field } => WalError::Truncated { field },
+            ReadError::NotUtf8 { field } => WalError::Invalid {
+                field,
+                reason: "not UTF-8",
+            },
+        }
+    }
 }
 
 /// Data objects carry entries; a fence object carries none and marks the slot
@@ -500,7 +513,7 @@ pub fn decode_header(bytes: &Bytes) -> Result<WalHeader, WalError> {
 pub fn decode(bytes: &Bytes) -> Result<WalObject, WalError> {
     let mut body = validated_body(bytes)?;
     let header = read_header(&mut body)?;
-    let count = get_u32(&mut body, "entry count")? as usize;
+    let count = body.read_u32("entry count")? as usize;
     if count > MAX_ENTRIES {
         return Err(WalError::Invalid {
             field: "entry count",
@@ -516,14 +529,9 @@ pub fn decode(bytes: &Bytes) -> Result<WalObject, WalError> {
     // Every entry takes at least 5 bytes: bound the allocation by the input.
     let mut entries = Vec::with_capacity(count.min(body.len() / 5));
     for index in 0..count {
-        let tag = get_u8(&mut body, "entry tag")?;
-        let declared = get_u32(&mut body, "entry length")? as usize;
-        if declared > body.len() {
-            return Err(WalError::Truncated {
-                field: "entry body",
-            });
-        }
-        let mut entry_body = body.split_to(declared);
+        let tag = body.read_u8("entry tag")?;
+        let mut entry_body = body.read_prefixed_u32("entry length", "entry body")?;
+        let declared = entry_body.len();
         let entry = decode_entry(tag, &mut entry_body)?;
         if !entry_body.is_empty() {
             return Err(WalError::EntryLength {
@@ -575,32 +583,32 @@ fn validated_body(bytes: &Bytes) -> Result<Bytes, WalError> {
 }
 
 fn read_header(body: &mut Bytes) -> Result<WalHeader, WalError> {
-    let kind = ObjectKind::from_code(get_u8(body, "kind")?)?;
-    if get_u8(body, "reserved")? != 0 {
+    let kind = ObjectKind::from_code(body.read_u8("kind")?)?;
+    if body.read_u8("reserved")? != 0 {
         return Err(WalError::Invalid {
             field: "reserved",
             reason: "must be zero",
         });
     }
-    let slot = get_u64(body, "slot")?;
-    let prev_slot = get_u64(body, "previous slot")?;
+    let slot = body.read_u64("slot")?;
+    let prev_slot = body.read_u64("previous slot")?;
     if prev_slot != NO_SLOT && prev_slot >= slot {
         return Err(WalError::Invalid {
             field: "previous slot",
             reason: "must precede the object's own slot",
         });
     }
-    let epoch = get_u64(body, "writer epoch")?;
-    let instance = get_array::<16>(body, "writer instance")?;
-    let write_id = get_array::<16>(body, "write id")?;
-    let name_len = get_u16(body, "shard name length")? as usize;
+    let epoch = body.read_u64("writer epoch")?;
+    let instance = body.read_array("writer instance")?;
+    let write_id = body.read_array("write id")?;
+    let name_len = body.read_u16("shard name length")? as usize;
     if name_len == 0 || name_len > MAX_SHARD_NAME_BYTES {
         return Err(WalError::Invalid {
             field: "shard name",
             reason: "length must be 1..=64 bytes",
         });
     }
-    let shard = get_string(body, name_len, "shard name")?;
+    let shard = body.read_utf8(name_len, "shard name")?;
     Ok(WalHeader {
         kind,
         slot,
@@ -618,17 +626,17 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
     Ok(match tag {
         TAG_CREATE => WalEntry::Create(CreateEntry {
             stream: get_stream(b)?,
-            created_ms: get_u64(b, "created_ms")?,
-            epoch: get_array::<16>(b, "stream epoch")?,
-            key_fingerprint: get_array::<16>(b, "key fingerprint")?,
+            created_ms: b.read_u64("created_ms")?,
+            epoch: b.read_array("stream epoch")?,
+            key_fingerprint: b.read_array("key fingerprint")?,
         }),
         TAG_APPEND => {
             let stream = get_stream(b)?;
-            let first_offset = get_u64(b, "first offset")?;
-            let record_count = get_u64(b, "record count")?;
-            let payload_bytes = get_u64(b, "payload bytes")?;
-            let timestamp_ms = get_u64(b, "timestamp")?;
-            let page_count = get_u32(b, "page count")? as usize;
+            let first_offset = b.read_u64("first offset")?;
+            let record_count = b.read_u64("record count")?;
+            let payload_bytes = b.read_u64("payload bytes")?;
+            let timestamp_ms = b.read_u64("timestamp")?;
+            let page_count = b.read_u32("page count")? as usize;
             if first_offset.checked_add(record_count).is_none() {
                 return Err(WalError::Invalid {
                     field: "record count",
@@ -637,11 +645,7 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
             }
             let mut pages = Vec::with_capacity(page_count.min(b.len() / 4));
             for _ in 0..page_count {
-                let len = get_u32(b, "page length")? as usize;
-                if len > b.len() {
-                    return Err(WalError::Truncated { field: "page" });
-                }
-                pages.push(b.split_to(len));
+                pages.push(b.read_prefixed_u32("page length", "page")?);
             }
             WalEntry::Append(AppendEntry {
                 stream,
@@ -654,7 +658,7 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
         }
         TAG_PRODUCER => {
             let stream = get_stream(b)?;
-            let id_len = get_u16(b, "producer id length")? as usize;
+            let id_len = b.read_u16("producer id length")? as usize;
             if id_len > MAX_PRODUCER_ID_BYTES {
                 return Err(WalError::Invalid {
                     field: "producer id",
@@ -663,36 +667,31 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
             }
             WalEntry::Producer(ProducerEntry {
                 stream,
-                producer_id: get_string(b, id_len, "producer id")?,
-                epoch: get_u64(b, "producer epoch")?,
-                seq: get_u64(b, "producer seq")?,
-                first_offset: get_u64(b, "producer first offset")?,
-                next_offset: get_u64(b, "producer next offset")?,
-                digest: get_array::<16>(b, "producer digest")?,
+                producer_id: b.read_utf8(id_len, "producer id")?,
+                epoch: b.read_u64("producer epoch")?,
+                seq: b.read_u64("producer seq")?,
+                first_offset: b.read_u64("producer first offset")?,
+                next_offset: b.read_u64("producer next offset")?,
+                digest: b.read_array("producer digest")?,
             })
         }
         TAG_STREAM_SEQ => {
             let stream = get_stream(b)?;
-            let len = get_u16(b, "stream seq length")? as usize;
+            let len = b.read_u16("stream seq length")? as usize;
             if len > MAX_STREAM_SEQ_BYTES {
                 return Err(WalError::Invalid {
                     field: "stream seq",
                     reason: "longer than 256 bytes",
                 });
             }
-            if len > b.len() {
-                return Err(WalError::Truncated {
-                    field: "stream seq",
-                });
-            }
             WalEntry::StreamSeq(StreamSeqEntry {
                 stream,
-                seq: b.split_to(len),
+                seq: b.read_bytes(len, "stream seq")?,
             })
         }
         TAG_CLOSE => WalEntry::Close(CloseEntry {
             stream: get_stream(b)?,
-            closed_ms: get_u64(b, "closed_ms")?,
+            closed_ms: b.read_u64("closed_ms")?,
         }),
         TAG_DELETE => WalEntry::Delete(DeleteEntry {
             stream: get_stream(b)?,
@@ -701,47 +700,10 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
     })
 }
 
-fn get_u8(b: &mut Bytes, field: &'static str) -> Result<u8, WalError> {
-    b.try_get_u8().map_err(|_| WalError::Truncated { field })
-}
-
-fn get_u16(b: &mut Bytes, field: &'static str) -> Result<u16, WalError> {
-    b.try_get_u16_le()
-        .map_err(|_| WalError::Truncated { field })
-}
-
-fn get_u32(b: &mut Bytes, field: &'static str) -> Result<u32, WalError> {
-    b.try_get_u32_le()
-        .map_err(|_| WalError::Truncated { field })
-}
-
-fn get_u64(b: &mut Bytes, field: &'static str) -> Result<u64, WalError> {
-    b.try_get_u64_le()
-        .map_err(|_| WalError::Truncated { field })
-}
-
-fn get_array<const N: usize>(b: &mut Bytes, field: &'static str) -> Result<[u8; N], WalError> {
-    let mut out = [0u8; N];
-    b.try_copy_to_slice(&mut out)
-        .map_err(|_| WalError::Truncated { field })?;
-    Ok(out)
-}
-
-fn get_string(b: &mut Bytes, len: usize, field: &'static str) -> Result<String, WalError> {
-    if len > b.len() {
-        return Err(WalError::Truncated { field });
-    }
-    let raw = b.split_to(len);
-    String::from_utf8(raw.to_vec()).map_err(|_| WalError::Invalid {
-        field,
-        reason: "not UTF-8",
-    })
-}
-
 fn get_stream(b: &mut Bytes) -> Result<StreamRef, WalError> {
     Ok(StreamRef {
-        id: get_array::<16>(b, "stream id")?,
-        incarnation: get_u64(b, "incarnation")?,
+        id: b.read_array("stream id")?,
+        incarnation: b.read_u64("incarnation")?,
     })
 }
 

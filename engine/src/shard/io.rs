@@ -1,12 +1,21 @@
-//! Object reads and create-only WAL writes with bounded retries, resolving
-//! ambiguous answers by reading the object back.
+//! The shard's object I/O: reads, create-only WAL writes judged by the WAL
+//! header found at the slot, create-only immutable objects, overwrites and
+//! deletes, all with bounded retries. The generic plumbing (retry rules,
+//! create-only writes read back on `AlreadyExists`) lives in
+//! `strata_manifest::store` (docs/ARCHITECTURE.md); this
+//! module owns only what a WAL slot's contents mean to its writer.
+//!
+//! Invariant: an ambiguous answer is settled by reading the object back,
+//! never by writing again over it; a write of unknown durability is never
+//! counted as written.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use strata_manifest::cas::{is_durability_unknown, is_transient};
+use strata_manifest::store::{create_immutable, create_only, CreateError, CreateOnly};
+pub(crate) use strata_manifest::store::{get_object, with_retries};
 use strata_manifest::RetryPolicy;
 use strata_wal::WriterId;
 
@@ -33,50 +42,6 @@ pub(crate) enum WalPutOutcome {
     Failed(object_store::Error),
 }
 
-/// Runs `call` until it succeeds, fails with an error that is not transient,
-/// or has used `retry.attempts` attempts, sleeping the policy's backoff
-/// between attempts.
-pub(crate) async fn with_retries<T, F, Fut>(
-    retry: &RetryPolicy,
-    mut call: F,
-) -> Result<T, object_store::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, object_store::Error>>,
-{
-    let mut attempt = 0;
-    loop {
-        match call().await {
-            Err(e) if is_transient(&e) && attempt + 1 < retry.attempts => {
-                tokio::time::sleep(retry.backoff(attempt)).await;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Reads a whole object; `None` if it does not exist. Transient errors are
-/// retried.
-pub(crate) async fn get_object(
-    store: &Arc<dyn ObjectStore>,
-    path: &Path,
-    retry: &RetryPolicy,
-) -> Result<Option<Bytes>, object_store::Error> {
-    let result = with_retries(retry, || async {
-        match store.get(path).await {
-            Ok(r) => r.bytes().await,
-            Err(e) => Err(e),
-        }
-    })
-    .await;
-    match result {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// Writes a WAL object create-only. An existing object at the slot is read
 /// back: our write id means an earlier attempt landed. A write the store
 /// reports as of unknown durability fails at once.
@@ -87,66 +52,38 @@ pub(crate) async fn put_wal_object(
     mine: &WriterId,
     retry: &RetryPolicy,
 ) -> WalPutOutcome {
-    let mut attempt = 0;
-    // Whether an earlier attempt failed in a way that may have stored it.
-    let mut maybe_landed = false;
-    loop {
-        let options = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        let error = match store.put_opts(path, payload.clone(), options).await {
-            Ok(_) => return WalPutOutcome::Written,
-            Err(e) => e,
-        };
-        let after_unknown = maybe_landed;
-        maybe_landed |= is_transient(&error);
-        // Published, but maybe not durable: never retried, never read back
-        // as written (the owner fails the batch as outcome-unknown).
-        if is_durability_unknown(&error) {
-            return WalPutOutcome::Failed(error);
-        }
-        if matches!(error, object_store::Error::AlreadyExists { .. }) {
-            match get_object(store, path, retry).await {
-                Ok(Some(bytes)) => match strata_wal::decode_header(&bytes) {
-                    Ok(h) if h.writer.write_id == mine.write_id && h.writer.epoch == mine.epoch => {
-                        return WalPutOutcome::Written
-                    }
-                    Ok(h) if h.writer.epoch > mine.epoch => {
-                        return WalPutOutcome::Fenced {
-                            epoch: Some(h.writer.epoch),
-                            after_unknown,
-                        }
-                    }
-                    Ok(h) => {
-                        return WalPutOutcome::Collision {
-                            epoch: h.writer.epoch,
-                        }
-                    }
-                    // Unreadable bytes at our slot: someone else's damaged write.
-                    Err(_) => return WalPutOutcome::Collision { epoch: 0 },
-                },
-                // Vanished after AlreadyExists: only a newer owner's garbage
-                // collection deletes a WAL object at a slot we write (below its
-                // replay point). Writing again would put an object where no
-                // walk reads it.
-                Ok(None) => {
-                    return WalPutOutcome::Fenced {
-                        epoch: None,
-                        after_unknown,
-                    }
-                }
-                Err(e) => return WalPutOutcome::Failed(e),
+    let taken = match create_only(store, path, payload, retry, "WAL").await {
+        Ok(CreateOnly::Created) => return WalPutOutcome::Written,
+        Ok(CreateOnly::Taken(taken)) => taken,
+        // Published but maybe not durable (never retried, never read back as
+        // written: the owner fails the batch as outcome-unknown), a definite
+        // error, the last transient one, or the read-back's.
+        Err(e) => return WalPutOutcome::Failed(e),
+    };
+    let after_unknown = taken.after_unknown;
+    match taken.found {
+        Some(bytes) => match strata_wal::decode_header(&bytes) {
+            Ok(h) if h.writer.write_id == mine.write_id && h.writer.epoch == mine.epoch => {
+                WalPutOutcome::Written
             }
-        }
-        let definite =
-            !is_transient(&error) && !matches!(error, object_store::Error::AlreadyExists { .. });
-        if definite || attempt + 1 >= retry.attempts {
-            return WalPutOutcome::Failed(error);
-        }
-        tracing::debug!(%path, attempt, %error, "WAL put failed; retrying");
-        tokio::time::sleep(retry.backoff(attempt)).await;
-        attempt += 1;
+            Ok(h) if h.writer.epoch > mine.epoch => WalPutOutcome::Fenced {
+                epoch: Some(h.writer.epoch),
+                after_unknown,
+            },
+            Ok(h) => WalPutOutcome::Collision {
+                epoch: h.writer.epoch,
+            },
+            // Unreadable bytes at our slot: someone else's damaged write.
+            Err(_) => WalPutOutcome::Collision { epoch: 0 },
+        },
+        // Vanished after AlreadyExists: only a newer owner's garbage
+        // collection deletes a WAL object at a slot we write (below its
+        // replay point). Writing again would put an object where no walk
+        // reads it.
+        None => WalPutOutcome::Fenced {
+            epoch: None,
+            after_unknown,
+        },
     }
 }
 
@@ -160,32 +97,9 @@ pub(crate) async fn put_immutable(
     bytes: Bytes,
     retry: &RetryPolicy,
 ) -> Result<(), object_store::Error> {
-    let mut attempt = 0;
-    loop {
-        let options = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        let error = match store
-            .put_opts(path, PutPayload::from(bytes.clone()), options)
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
-        };
-        if matches!(error, object_store::Error::AlreadyExists { .. }) {
-            return match get_object(store, path, retry).await? {
-                Some(found) if found == bytes => Ok(()),
-                _ => Err(error),
-            };
-        }
-        if !is_transient(&error) || attempt + 1 >= retry.attempts {
-            return Err(error);
-        }
-        tracing::debug!(%path, attempt, %error, "immutable put failed; retrying");
-        tokio::time::sleep(retry.backoff(attempt)).await;
-        attempt += 1;
-    }
+    create_immutable(store, path, bytes, retry)
+        .await
+        .map_err(CreateError::into_store_error)
 }
 
 /// Replaces an object unconditionally (the name stays occupied throughout).

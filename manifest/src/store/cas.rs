@@ -11,15 +11,18 @@
 //!
 //! The one answer never settled by reading back is [`DurabilityUnknown`]: the
 //! bytes reached the store but may not survive a power loss, so the write
-//! fails at once with that store error (no read-back, no retry).
+//! fails at once with that store error (no read-back, no retry). Transient
+//! failures are retried under a [`RetryPolicy`] (the rules are in
+//! [`super::retry`]).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+
+use super::retry::{is_durability_unknown, is_transient, RetryPolicy};
 
 /// How a value is stored in a [`CasObject`].
 pub trait CasCodec: Send + Sync + 'static {
@@ -64,33 +67,6 @@ pub enum CasError<E: std::error::Error + 'static> {
         #[source]
         source: object_store::Error,
     },
-}
-
-/// Bounded retries with exponential backoff for transient store failures.
-#[derive(Debug, Clone, Copy)]
-pub struct RetryPolicy {
-    pub attempts: u32,
-    pub initial_backoff: Duration,
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            attempts: 5,
-            initial_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(2),
-        }
-    }
-}
-
-impl RetryPolicy {
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX);
-        self.initial_backoff
-            .saturating_mul(factor)
-            .min(self.max_backoff)
-    }
 }
 
 /// One object at one path, changed only by compare-and-swap.
@@ -266,60 +242,11 @@ impl<C: CasCodec> CasObject<C> {
     }
 }
 
-/// A write that reached the store but whose durability the store could not
-/// confirm (the local store's `fsync` failed after the object was published).
-/// The object may be readable now and gone after a power loss, so reading it
-/// back proves nothing: a writer must neither retry it nor count it as
-/// written, but treat its outcome as unknown and start again from the store.
-/// Stores report it as `object_store::Error::Generic` with this as source.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: the write reached the store but its durability is unknown: {reason}")]
-pub struct DurabilityUnknown {
-    pub path: String,
-    pub reason: String,
-}
-
-impl DurabilityUnknown {
-    /// The store error that carries it.
-    pub fn into_store_error(self, store: &'static str) -> object_store::Error {
-        object_store::Error::Generic {
-            store,
-            source: Box::new(self),
-        }
-    }
-}
-
-/// Whether `error` says a write's durability is unknown ([`DurabilityUnknown`]).
-pub fn is_durability_unknown(error: &object_store::Error) -> bool {
-    match error {
-        object_store::Error::Generic { source, .. } => source.is::<DurabilityUnknown>(),
-        _ => false,
-    }
-}
-
-/// Errors worth retrying: anything but a definite answer about the object
-/// (and never a write whose durability is unknown: see [`DurabilityUnknown`]).
-pub fn is_transient(error: &object_store::Error) -> bool {
-    if is_durability_unknown(error) {
-        return false;
-    }
-    !matches!(
-        error,
-        object_store::Error::NotFound { .. }
-            | object_store::Error::AlreadyExists { .. }
-            | object_store::Error::Precondition { .. }
-            | object_store::Error::NotModified { .. }
-            | object_store::Error::NotImplemented { .. }
-            | object_store::Error::InvalidPath { .. }
-            | object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. }
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::format::{Manifest, ManifestCodec};
+    use crate::store::retry::DurabilityUnknown;
     use object_store::memory::InMemory;
 
     fn cas(store: Arc<dyn ObjectStore>) -> CasObject<ManifestCodec> {
