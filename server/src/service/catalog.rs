@@ -26,11 +26,12 @@ use std::sync::Arc;
 
 use crate::service::names;
 use base64::Engine as _;
-use bytes::Bytes;
 use object_store::ObjectStore;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use strata_manifest::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
+use strata_manifest::{
+    CasError, CasObject, JsonCodec, JsonLayout, JsonObject, RetryPolicy, Versioned,
+};
 
 /// Buckets per project (part of the format: changing it moves names).
 pub const BUCKETS: u16 = 16;
@@ -69,31 +70,27 @@ pub enum BucketError {
     Order,
 }
 
-pub struct BucketCodec;
-
-impl CasCodec for BucketCodec {
-    type Value = Bucket;
+impl JsonObject for Bucket {
     type Error = BucketError;
+    const LAYOUT: JsonLayout = JsonLayout::Compact;
 
-    fn encode(value: &Bucket) -> Result<Bytes, BucketError> {
-        Ok(Bytes::from(serde_json::to_vec(value)?))
+    fn write_token(&self) -> [u8; 16] {
+        crate::service::write_token::write_token(&self.write_token)
     }
 
-    fn decode(bytes: &Bytes) -> Result<Bucket, BucketError> {
-        let bucket: Bucket = serde_json::from_slice(bytes)?;
-        if bucket.format != CATALOG_FORMAT {
-            return Err(BucketError::Format(bucket.format));
+    fn check(&self) -> Result<(), BucketError> {
+        if self.format != CATALOG_FORMAT {
+            return Err(BucketError::Format(self.format));
         }
-        if bucket.entries.windows(2).any(|w| w[0].name >= w[1].name) {
+        if self.entries.windows(2).any(|w| w[0].name >= w[1].name) {
             return Err(BucketError::Order);
         }
-        Ok(bucket)
-    }
-
-    fn write_token(value: &Bucket) -> [u8; 16] {
-        crate::service::write_token::write_token(&value.write_token)
+        Ok(())
     }
 }
+
+/// The CAS codec of Bucket objects (the generic JSON codec).
+pub type BucketCodec = JsonCodec<Bucket>;
 
 pub type CatalogError = CasError<BucketError>;
 

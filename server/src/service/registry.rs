@@ -18,11 +18,12 @@ use std::sync::Arc;
 
 use super::write_token::decode as unhex;
 use crate::service::names;
-use bytes::Bytes;
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use strata_manifest::{CasCodec, CasError, CasObject, RetryPolicy, Versioned};
+use strata_manifest::{
+    CasError, CasObject, JsonCodec, JsonLayout, JsonObject, RetryPolicy, Versioned,
+};
 
 /// Format version of descriptor objects.
 pub const DESCRIPTOR_FORMAT: u32 = 1;
@@ -136,35 +137,31 @@ pub enum DescriptorError {
     Hex(&'static str),
 }
 
-/// Descriptors as JSON objects; the write token is a random hex field.
-pub struct DescriptorCodec;
-
-impl CasCodec for DescriptorCodec {
-    type Value = Descriptor;
+/// Descriptors are JSON objects; the write token is a random hex field.
+impl JsonObject for Descriptor {
     type Error = DescriptorError;
+    const LAYOUT: JsonLayout = JsonLayout::Pretty;
 
-    fn encode(value: &Descriptor) -> Result<Bytes, DescriptorError> {
-        Ok(Bytes::from(serde_json::to_vec_pretty(value)?))
+    fn write_token(&self) -> [u8; 16] {
+        crate::service::write_token::write_token(&self.write_token)
     }
 
-    fn decode(bytes: &Bytes) -> Result<Descriptor, DescriptorError> {
-        let d: Descriptor = serde_json::from_slice(bytes)?;
-        if d.format != DESCRIPTOR_FORMAT {
-            return Err(DescriptorError::Format(d.format));
+    fn check(&self) -> Result<(), DescriptorError> {
+        if self.format != DESCRIPTOR_FORMAT {
+            return Err(DescriptorError::Format(self.format));
         }
         // Paired with the writer: validate what later code will trust.
-        d.stream_id_bytes()
+        self.stream_id_bytes()
             .ok_or(DescriptorError::Hex("stream_id"))?;
-        d.epoch_bytes().ok_or(DescriptorError::Hex("epoch"))?;
-        d.fingerprint_bytes()
+        self.epoch_bytes().ok_or(DescriptorError::Hex("epoch"))?;
+        self.fingerprint_bytes()
             .ok_or(DescriptorError::Hex("key_fingerprint"))?;
-        Ok(d)
-    }
-
-    fn write_token(value: &Descriptor) -> [u8; 16] {
-        crate::service::write_token::write_token(&value.write_token)
+        Ok(())
     }
 }
+
+/// The CAS codec of Descriptor objects (the generic JSON codec).
+pub type DescriptorCodec = JsonCodec<Descriptor>;
 
 pub type RegistryError = CasError<DescriptorError>;
 

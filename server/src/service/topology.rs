@@ -6,10 +6,9 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use object_store::ObjectStore;
 use serde::{Deserialize, Serialize};
-use strata_manifest::{CasCodec, CasError, CasObject, RetryPolicy};
+use strata_manifest::{CasError, CasObject, JsonCodec, JsonLayout, JsonObject, RetryPolicy};
 
 /// Format version of `topology.json`.
 const TOPOLOGY_FORMAT: u32 = 1;
@@ -38,28 +37,24 @@ pub enum TopologyError {
     Mismatch { stored: usize },
 }
 
-struct TopologyCodec;
-
-impl CasCodec for TopologyCodec {
-    type Value = Topology;
+impl JsonObject for Topology {
     type Error = TopologyError;
+    const LAYOUT: JsonLayout = JsonLayout::Pretty;
 
-    fn encode(value: &Topology) -> Result<Bytes, TopologyError> {
-        Ok(Bytes::from(serde_json::to_vec_pretty(value)?))
+    fn write_token(&self) -> [u8; 16] {
+        crate::service::write_token::write_token(&self.write_token)
     }
 
-    fn decode(bytes: &Bytes) -> Result<Topology, TopologyError> {
-        let t: Topology = serde_json::from_slice(bytes)?;
-        if t.format != TOPOLOGY_FORMAT {
-            return Err(TopologyError::Format(t.format));
+    fn check(&self) -> Result<(), TopologyError> {
+        if self.format != TOPOLOGY_FORMAT {
+            return Err(TopologyError::Format(self.format));
         }
-        Ok(t)
-    }
-
-    fn write_token(value: &Topology) -> [u8; 16] {
-        crate::service::write_token::write_token(&value.write_token)
+        Ok(())
     }
 }
+
+/// The CAS codec of Topology objects (the generic JSON codec).
+type TopologyCodec = JsonCodec<Topology>;
 
 /// Records `shards` on first use of the store; afterwards, checks it.
 pub async fn settle(store: &Arc<dyn ObjectStore>, shards: usize) -> Result<(), TopologyError> {

@@ -18,12 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::service::names;
-use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use strata_manifest::{CasCodec, CasObject, RetryPolicy, Versioned};
+use strata_manifest::{CasObject, JsonCodec, JsonLayout, JsonObject, RetryPolicy, Versioned};
 
 use super::error::{OpenError, SubError};
 use crate::service::DEFAULT_PROJECT;
@@ -90,24 +89,17 @@ pub struct SubRecord {
     pub write_token: String,
 }
 
-struct SubRecordCodec;
-
-impl CasCodec for SubRecordCodec {
-    type Value = SubRecord;
+impl JsonObject for SubRecord {
     type Error = serde_json::Error;
+    const LAYOUT: JsonLayout = JsonLayout::Pretty;
 
-    fn encode(value: &SubRecord) -> Result<Bytes, serde_json::Error> {
-        serde_json::to_vec_pretty(value).map(Bytes::from)
-    }
-
-    fn decode(bytes: &Bytes) -> Result<SubRecord, serde_json::Error> {
-        serde_json::from_slice(bytes)
-    }
-
-    fn write_token(value: &SubRecord) -> [u8; 16] {
-        crate::service::write_token::write_token(&value.write_token)
+    fn write_token(&self) -> [u8; 16] {
+        crate::service::write_token::write_token(&self.write_token)
     }
 }
+
+/// The CAS codec of SubRecord objects (the generic JSON codec).
+type SubRecordCodec = JsonCodec<SubRecord>;
 
 /// A record as last read from or written to the store.
 pub type StoredRecord = Versioned<SubRecord>;
