@@ -33,7 +33,7 @@ pub struct ShardName(String);
 impl ShardName {
     pub fn new(name: &str) -> Result<Self, InvalidShardName> {
         let valid = !name.is_empty()
-            && name.len() <= strata_wal::format::MAX_SHARD_NAME_BYTES
+            && name.len() <= strata_wal::format::SHARD_NAME_BYTES_MAX
             && name
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -91,9 +91,9 @@ mod tests {
     /// refused here, before a shard can be opened under it.
     #[test]
     fn shard_names_fit_the_wal_header() {
-        let longest = "x".repeat(strata_wal::format::MAX_SHARD_NAME_BYTES);
+        let longest = "x".repeat(strata_wal::format::SHARD_NAME_BYTES_MAX);
         assert!(ShardName::new(&longest).is_ok());
-        let over = "x".repeat(strata_wal::format::MAX_SHARD_NAME_BYTES + 1);
+        let over = "x".repeat(strata_wal::format::SHARD_NAME_BYTES_MAX + 1);
         assert!(ShardName::new(&over).is_err());
     }
 

@@ -556,7 +556,7 @@ async fn a_flood_of_creates_behind_a_slow_put_is_cut_by_entry_count() {
 fn the_default_entry_cut_is_the_formats_limit() {
     assert_eq!(
         ShardConfig::default().max_object_entries,
-        strata_wal::MAX_ENTRIES
+        strata_wal::ENTRIES_MAX
     );
 }
 
@@ -571,7 +571,7 @@ async fn an_over_long_producer_id_is_refused_before_it_can_fail_a_group_commit()
     shard.create_stream(STREAM, &cipher()).await.unwrap();
     let mut bad = request(&["bad"]);
     bad.producer = Some(ProducerClaim {
-        id: "p".repeat(strata_wal::MAX_PRODUCER_ID_BYTES + 1),
+        id: "p".repeat(strata_wal::PRODUCER_ID_BYTES_MAX + 1),
         epoch: 0,
         seq: 0,
         digest: [0; 16],
@@ -579,7 +579,7 @@ async fn an_over_long_producer_id_is_refused_before_it_can_fail_a_group_commit()
     let mut long_seq = request(&["bad"]);
     long_seq.stream_seq = Some(Bytes::from(vec![
         b'9';
-        strata_wal::MAX_STREAM_SEQ_BYTES + 1
+        strata_wal::STREAM_SEQ_BYTES_MAX + 1
     ]));
     let (good, bad, long_seq) = tokio::join!(
         shard.append(request(&["good"])),

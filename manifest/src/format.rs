@@ -23,8 +23,8 @@ use crate::store::CasCodec;
 pub const MAGIC: [u8; 8] = *b"STRATAMF";
 pub const FORMAT_VERSION: u16 = 1;
 /// Largest manifest the decoder accepts.
-pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
-const MAX_SHARD_NAME_BYTES: usize = 64;
+pub const MANIFEST_BYTES_MAX: usize = 16 << 20;
+const SHARD_NAME_BYTES_MAX: usize = 64;
 const FIXED_BYTES: usize = 8 + 2 + 2 + 8 + 8 + 16 + 16 + 2 + 8 + 8 + 8 + 8 + 4 + 4 + 4 + 4;
 /// `chain_end` when no WAL object precedes the replay point.
 pub const NO_SLOT: u64 = u64::MAX;
@@ -192,7 +192,7 @@ fn version_and_epoch_are_valid(version: u64, epoch: u64) -> bool {
 }
 
 fn check_encodable(m: &Manifest) -> Result<(), ManifestError> {
-    if m.shard.is_empty() || m.shard.len() > MAX_SHARD_NAME_BYTES {
+    if m.shard.is_empty() || m.shard.len() > SHARD_NAME_BYTES_MAX {
         return Err(ManifestError::Invalid {
             field: "shard",
             reason: "length must be 1..=64 bytes",
@@ -216,7 +216,7 @@ fn check_encodable(m: &Manifest) -> Result<(), ManifestError> {
     let len = FIXED_BYTES
         + m.shard.len()
         + 16 * (m.index_runs.len() + m.segments.len() + m.fence_windows.len());
-    if len > MAX_MANIFEST_BYTES {
+    if len > MANIFEST_BYTES_MAX {
         return Err(ManifestError::TooLarge { len });
     }
     Ok(())
@@ -260,7 +260,7 @@ pub fn encode(m: &Manifest) -> Result<Bytes, ManifestError> {
 
 pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
     let len = bytes.len();
-    if len > MAX_MANIFEST_BYTES {
+    if len > MANIFEST_BYTES_MAX {
         return Err(ManifestError::TooLarge { len });
     }
     if len < FIXED_BYTES {
@@ -291,7 +291,7 @@ pub fn decode(bytes: &Bytes) -> Result<Manifest, ManifestError> {
     let instance = b.read_array("writer instance")?;
     let write_id = b.read_array("write id")?;
     let name_len = b.read_u16("shard name length")? as usize;
-    if name_len == 0 || name_len > MAX_SHARD_NAME_BYTES || name_len > b.len() {
+    if name_len == 0 || name_len > SHARD_NAME_BYTES_MAX || name_len > b.len() {
         return Err(ManifestError::Invalid {
             field: "shard name",
             reason: "length must be 1..=64 bytes and inside the object",
@@ -481,7 +481,7 @@ mod tests {
 
     #[test]
     fn oversized_rejected() {
-        let big = Bytes::from(vec![0u8; MAX_MANIFEST_BYTES + 1]);
+        let big = Bytes::from(vec![0u8; MANIFEST_BYTES_MAX + 1]);
         assert!(matches!(decode(&big), Err(ManifestError::TooLarge { .. })));
     }
 

@@ -29,9 +29,9 @@ use strata_codec::{ReadBytes, ReadError};
 
 pub const MAGIC: [u8; 8] = *b"STRATAIX";
 pub const FORMAT_VERSION: u16 = 1;
-pub const MAX_RUN_BYTES: usize = 1 << 30;
+pub const RUN_BYTES_MAX: usize = 1 << 30;
 const NONE_MS: u64 = u64::MAX;
-const MAX_ID_BYTES: usize = 256;
+const ID_BYTES_MAX: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IndexRunError {
@@ -129,11 +129,11 @@ fn check(run: &IndexRun) -> Result<(), IndexRunError> {
         });
     }
     for e in &run.entries {
-        if e.tail.producers.iter().any(|p| p.id.len() > MAX_ID_BYTES)
+        if e.tail.producers.iter().any(|p| p.id.len() > ID_BYTES_MAX)
             || e.tail
                 .stream_seq
                 .as_ref()
-                .is_some_and(|s| s.len() > MAX_ID_BYTES)
+                .is_some_and(|s| s.len() > ID_BYTES_MAX)
         {
             return Err(IndexRunError::Invalid {
                 field: "tail",
@@ -202,7 +202,7 @@ pub fn encode(run: &IndexRun) -> Result<Bytes, IndexRunError> {
     }
     let crc = crc32c::crc32c(&b);
     b.put_u32_le(crc);
-    if b.len() > MAX_RUN_BYTES {
+    if b.len() > RUN_BYTES_MAX {
         return Err(IndexRunError::TooLarge { len: b.len() });
     }
     Ok(b.freeze())
@@ -210,7 +210,7 @@ pub fn encode(run: &IndexRun) -> Result<Bytes, IndexRunError> {
 
 pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
     let len = bytes.len();
-    if len > MAX_RUN_BYTES {
+    if len > RUN_BYTES_MAX {
         return Err(IndexRunError::TooLarge { len });
     }
     if len < 8 + 2 + 2 + 8 + 8 + 4 + 4 {
@@ -265,7 +265,7 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
         let seq_len = b.read_u16("stream seq length")? as usize;
         let stream_seq = match has_seq {
             0 if seq_len == 0 => None,
-            1 if seq_len <= MAX_ID_BYTES => Some(b.read_bytes(seq_len, "stream seq")?),
+            1 if seq_len <= ID_BYTES_MAX => Some(b.read_bytes(seq_len, "stream seq")?),
             _ => {
                 return Err(IndexRunError::Invalid {
                     field: "stream seq",
@@ -278,7 +278,7 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
         let mut producers = Vec::with_capacity(producer_count);
         for _ in 0..producer_count {
             let id_len = b.read_u16("producer id length")? as usize;
-            if id_len > MAX_ID_BYTES {
+            if id_len > ID_BYTES_MAX {
                 return Err(IndexRunError::Invalid {
                     field: "producer id",
                     reason: "longer than 256 bytes",

@@ -28,6 +28,6 @@ pub use keys::{
 };
 pub use page::{
     open_page, parse_header, plan_pages, prepare_body, seal_page, sealed_page_len, OpenedPage,
-    PageError, PageHeader, PreparedBody, Record, MAX_PAGE_BODY_BYTES, MAX_RECORDS_PER_PAGE,
-    MAX_ROUTING_KEY_BYTES, PAGE_BODY_TARGET_BYTES,
+    PageError, PageHeader, PreparedBody, Record, PAGE_BODY_BYTES_MAX, PAGE_BODY_TARGET_BYTES,
+    PAGE_RECORDS_MAX, ROUTING_KEY_BYTES_MAX,
 };

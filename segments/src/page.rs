@@ -16,9 +16,9 @@
 //!   (ms after the header's timestamp) · payloads back to back
 //! ```
 //!
-//! A page holds at most [`MAX_RECORDS_PER_PAGE`] records and, when it holds more
+//! A page holds at most [`PAGE_RECORDS_MAX`] records and, when it holds more
 //! than one, at most [`PAGE_BODY_TARGET_BYTES`] of body; a single record may be
-//! larger (up to [`MAX_PAGE_BODY_BYTES`] of body). The body is compressed with
+//! larger (up to [`PAGE_BODY_BYTES_MAX`] of body). The body is compressed with
 //! zstd level 1 only when it is at least 256 bytes and compression shrinks it.
 //! Opening authenticates first, then decompresses into exactly the declared
 //! body length (a bomb cannot allocate more), then parses with exact length
@@ -36,12 +36,12 @@ use crate::varint;
 
 pub const PAGE_MAGIC: [u8; 2] = *b"SP";
 pub const PAGE_VERSION: u8 = 1;
-pub const MAX_RECORDS_PER_PAGE: usize = 4096;
+pub const PAGE_RECORDS_MAX: usize = 4096;
 /// Body bytes at which a page of several records is cut.
 pub const PAGE_BODY_TARGET_BYTES: usize = 64 << 10;
-pub const MAX_ROUTING_KEY_BYTES: usize = 1024;
+pub const ROUTING_KEY_BYTES_MAX: usize = 1024;
 /// Hard ceiling on a page's declared body (bounds decompression).
-pub const MAX_PAGE_BODY_BYTES: usize = 64 << 20;
+pub const PAGE_BODY_BYTES_MAX: usize = 64 << 20;
 pub const NONCE_BYTES: usize = 12;
 pub const TAG_BYTES: usize = 16;
 const COMPRESS_MIN_BODY_BYTES: usize = 256;
@@ -124,7 +124,7 @@ pub struct PreparedBody {
 }
 
 /// Splits records (given by payload length) into page ranges: at most
-/// [`MAX_RECORDS_PER_PAGE`] records, and a new page when adding a record would
+/// [`PAGE_RECORDS_MAX`] records, and a new page when adding a record would
 /// take a non-empty page's body past [`PAGE_BODY_TARGET_BYTES`].
 pub fn plan_pages(payload_lens: impl IntoIterator<Item = usize>) -> Vec<Range<usize>> {
     let mut ranges = Vec::new();
@@ -134,7 +134,7 @@ pub fn plan_pages(payload_lens: impl IntoIterator<Item = usize>) -> Vec<Range<us
     for len in payload_lens {
         let cost = len + varint::len(len as u64) + 1;
         let count = index - start;
-        if count > 0 && (count == MAX_RECORDS_PER_PAGE || body + cost > PAGE_BODY_TARGET_BYTES) {
+        if count > 0 && (count == PAGE_RECORDS_MAX || body + cost > PAGE_BODY_TARGET_BYTES) {
             ranges.push(start..index);
             start = index;
             body = 0;
@@ -200,7 +200,7 @@ pub(crate) fn prepare_body_with_timestamps(
             reason: "a page holds at least one record, each with a timestamp",
         });
     }
-    if records.len() > MAX_RECORDS_PER_PAGE {
+    if records.len() > PAGE_RECORDS_MAX {
         return Err(PageError::Invalid {
             field: "record count",
             reason: "more than 4096 records",
@@ -214,7 +214,7 @@ pub(crate) fn prepare_body_with_timestamps(
         .map(|(r, t)| varint::len(r.len() as u64) + varint::len(t - base))
         .sum();
     let body_len = payload_bytes + meta;
-    if body_len > MAX_PAGE_BODY_BYTES {
+    if body_len > PAGE_BODY_BYTES_MAX {
         return Err(PageError::Invalid {
             field: "body length",
             reason: "over the page body ceiling",
@@ -305,7 +305,7 @@ pub fn seal_page(
     routing_key: &[u8],
     nonce: [u8; NONCE_BYTES],
 ) -> Result<Bytes, PageError> {
-    if routing_key.len() > MAX_ROUTING_KEY_BYTES {
+    if routing_key.len() > ROUTING_KEY_BYTES_MAX {
         return Err(PageError::Invalid {
             field: "routing key",
             reason: "longer than 1024 bytes",
@@ -368,7 +368,7 @@ pub fn parse_header(page: &Bytes) -> Result<PageHeader, PageError> {
     let key_version = u32_at(24);
     let body_len = u32_at(28);
     let rk_len = u16::from_le_bytes([page[32], page[33]]) as usize;
-    if rk_len > MAX_ROUTING_KEY_BYTES {
+    if rk_len > ROUTING_KEY_BYTES_MAX {
         return Err(PageError::Invalid {
             field: "routing key",
             reason: "longer than 1024 bytes",
@@ -378,7 +378,7 @@ pub fn parse_header(page: &Bytes) -> Result<PageHeader, PageError> {
     if len < header_len + TAG_BYTES {
         return Err(PageError::TooShort { len });
     }
-    if record_count == 0 || record_count as usize > MAX_RECORDS_PER_PAGE {
+    if record_count == 0 || record_count as usize > PAGE_RECORDS_MAX {
         return Err(PageError::Invalid {
             field: "record count",
             reason: "must be 1..=4096",
@@ -391,7 +391,7 @@ pub fn parse_header(page: &Bytes) -> Result<PageHeader, PageError> {
         });
     }
     let body_len_usize = body_len as usize;
-    if body_len_usize > MAX_PAGE_BODY_BYTES {
+    if body_len_usize > PAGE_BODY_BYTES_MAX {
         return Err(PageError::Invalid {
             field: "body length",
             reason: "over the page body ceiling",

@@ -47,13 +47,13 @@ pub const TRAILER_BYTES: usize = 32;
 pub const EXACT_KEYS_MAX: usize = 32;
 pub const ANCHOR_SPACING_BYTES: usize = 256 << 10;
 /// Largest segment the decoders accept (bounds every length they read).
-pub const MAX_SEGMENT_BYTES: u64 = 4 << 30;
+pub const SEGMENT_BYTES_MAX: u64 = 4 << 30;
 const CHUNK_HEADER_BYTES: usize = 4 + 2 + 2 + 16 + 8 + 8 + 8 + 4 + 4;
 const DIRECTORY_ENTRY_BYTES: usize = 8 + 4 + 1 + 3 + 4 + 4 + 8;
 const BLOOM_PROBES: u32 = 7;
 const BLOOM_BITS_PER_KEY: usize = 10;
 /// Most pages one chunk may list.
-const MAX_PAGES_PER_CHUNK: usize = 1 << 24;
+const CHUNK_PAGES_MAX: usize = 1 << 24;
 /// Directory flag: the page starts an append request.
 const FLAG_APPEND_START: u8 = 1;
 
@@ -283,7 +283,7 @@ pub fn build_segment(inputs: &[ChunkInput]) -> Result<(Bytes, Vec<ChunkRef>), Se
     out.put_u16_le(0);
     let crc = crc32c::crc32c(&out[trailer_start..]);
     out.put_u32_le(crc);
-    if out.len() as u64 > MAX_SEGMENT_BYTES {
+    if out.len() as u64 > SEGMENT_BYTES_MAX {
         return Err(SegmentError::Invalid {
             field: "segment",
             reason: "larger than the 4 GiB the decoders accept",
@@ -301,7 +301,7 @@ struct EncodedChunk {
 }
 
 fn encode_chunk(out: &mut BytesMut, input: &ChunkInput) -> Result<EncodedChunk, SegmentError> {
-    if input.pages.is_empty() || input.pages.len() > MAX_PAGES_PER_CHUNK {
+    if input.pages.is_empty() || input.pages.len() > CHUNK_PAGES_MAX {
         return Err(SegmentError::Invalid {
             field: "pages",
             reason: "a chunk holds 1 to 2^24 pages",
@@ -436,7 +436,7 @@ pub fn decode_chunk_ref(b: &mut Bytes, what: &'static str) -> Result<ChunkRef, S
     }
     if position
         .checked_add(length)
-        .is_none_or(|e| e > MAX_SEGMENT_BYTES)
+        .is_none_or(|e| e > SEGMENT_BYTES_MAX)
     {
         return Err(SegmentError::Invalid {
             field: "chunk range",
@@ -498,7 +498,7 @@ pub fn decode_trailer(bytes: &[u8]) -> Result<Trailer, SegmentError> {
     let table_length = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
     if table_position
         .checked_add(table_length)
-        .is_none_or(|e| e > MAX_SEGMENT_BYTES)
+        .is_none_or(|e| e > SEGMENT_BYTES_MAX)
     {
         return Err(SegmentError::Invalid {
             field: "table range",

@@ -21,7 +21,7 @@ use strata_server::service::media_type;
 
 const TOKEN: &str = "openapi-test-token-of-alpha";
 /// The server's `--max-body-bytes` here (small, to provoke 413 cheaply).
-const MAX_BODY: usize = 64 << 10;
+const BODY_BYTES_MAX: usize = 64 << 10;
 /// Error codes only a failing store, a moving shard, an overloaded shard or
 /// a broken upload produce: documented, not provoked here.
 const UNPROVOKED: [&str; 4] = ["rate_limited", "internal", "unavailable", "bad_request"];
@@ -426,7 +426,7 @@ async fn every_documented_operation_answers_as_documented() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let max_body = MAX_BODY.to_string();
+    let max_body = BODY_BYTES_MAX.to_string();
     let server = Server::start(
         dir.path().to_str().unwrap(),
         free_port(),
@@ -632,7 +632,7 @@ async fn every_documented_operation_answers_as_documented() {
             "invalid_body",
         )
         .await;
-        let huge = format!("[\"{}\"]", "x".repeat(MAX_BODY));
+        let huge = format!("[\"{}\"]", "x".repeat(BODY_BYTES_MAX));
         c.expect(
             template,
             c.req(Method::POST, template, "j").body(huge),
@@ -851,7 +851,7 @@ async fn every_documented_operation_answers_as_documented() {
         .body(r#"{"final":1}"#);
     c.expect(SEAL, wrong, 403, "stale_or_wrong_credentials")
         .await;
-    let huge = format!(r#"{{"final":"{}"}}"#, "x".repeat(MAX_BODY));
+    let huge = format!(r#"{{"final":"{}"}}"#, "x".repeat(BODY_BYTES_MAX));
     c.expect(SEAL, seal_j(&c).body(huge), 413, "body_too_large")
         .await;
     c.expect(

@@ -24,15 +24,15 @@ pub const MAGIC: [u8; 8] = *b"STRATAWL";
 /// The only format version this build reads and writes.
 pub const FORMAT_VERSION: u16 = 1;
 /// Largest WAL object the decoder accepts (and the encoder produces).
-pub const MAX_OBJECT_BYTES: usize = 256 << 20;
+pub const OBJECT_BYTES_MAX: usize = 256 << 20;
 /// Longest shard name.
-pub const MAX_SHARD_NAME_BYTES: usize = 64;
+pub const SHARD_NAME_BYTES_MAX: usize = 64;
 /// Longest producer id.
-pub const MAX_PRODUCER_ID_BYTES: usize = 256;
+pub const PRODUCER_ID_BYTES_MAX: usize = 256;
 /// Longest `Stream-Seq` value.
-pub const MAX_STREAM_SEQ_BYTES: usize = 256;
+pub const STREAM_SEQ_BYTES_MAX: usize = 256;
 /// Most entries in one object.
-pub const MAX_ENTRIES: usize = 1 << 20;
+pub const ENTRIES_MAX: usize = 1 << 20;
 
 const TRAILER_BYTES: usize = 4;
 /// Fixed part of the header, before the shard name.
@@ -55,7 +55,7 @@ const TAG_DELETE: u8 = 6;
 pub enum WalError {
     #[error("WAL object too short: {len} bytes")]
     TooShort { len: usize },
-    #[error("WAL object too large: {len} bytes (limit {MAX_OBJECT_BYTES})")]
+    #[error("WAL object too large: {len} bytes (limit {OBJECT_BYTES_MAX})")]
     TooLarge { len: usize },
     #[error("bad WAL magic")]
     BadMagic,
@@ -267,13 +267,13 @@ impl EncodedObject {
 /// checks after it is read).
 fn check_encodable(object: &WalObject) -> Result<(), WalError> {
     let h = &object.header;
-    if h.shard.is_empty() || h.shard.len() > MAX_SHARD_NAME_BYTES {
+    if h.shard.is_empty() || h.shard.len() > SHARD_NAME_BYTES_MAX {
         return Err(WalError::Invalid {
             field: "shard",
             reason: "length must be 1..=64 bytes",
         });
     }
-    if object.entries.len() > MAX_ENTRIES {
+    if object.entries.len() > ENTRIES_MAX {
         return Err(WalError::Invalid {
             field: "entry count",
             reason: "too many entries",
@@ -293,13 +293,13 @@ fn check_encodable(object: &WalObject) -> Result<(), WalError> {
     }
     for entry in &object.entries {
         match entry {
-            WalEntry::Producer(p) if p.producer_id.len() > MAX_PRODUCER_ID_BYTES => {
+            WalEntry::Producer(p) if p.producer_id.len() > PRODUCER_ID_BYTES_MAX => {
                 return Err(WalError::Invalid {
                     field: "producer id",
                     reason: "longer than 256 bytes",
                 })
             }
-            WalEntry::StreamSeq(s) if s.seq.len() > MAX_STREAM_SEQ_BYTES => {
+            WalEntry::StreamSeq(s) if s.seq.len() > STREAM_SEQ_BYTES_MAX => {
                 return Err(WalError::Invalid {
                     field: "stream seq",
                     reason: "longer than 256 bytes",
@@ -346,7 +346,7 @@ pub fn encode(object: &WalObject) -> Result<EncodedObject, WalError> {
         encode_entry(&mut enc, entry);
     }
     let (chunks, len) = enc.finish();
-    if len > MAX_OBJECT_BYTES {
+    if len > OBJECT_BYTES_MAX {
         return Err(WalError::TooLarge { len });
     }
     Ok(EncodedObject { chunks, len })
@@ -514,7 +514,7 @@ pub fn decode(bytes: &Bytes) -> Result<WalObject, WalError> {
     let mut body = validated_body(bytes)?;
     let header = read_header(&mut body)?;
     let count = body.read_u32("entry count")? as usize;
-    if count > MAX_ENTRIES {
+    if count > ENTRIES_MAX {
         return Err(WalError::Invalid {
             field: "entry count",
             reason: "too many entries",
@@ -555,7 +555,7 @@ pub fn decode(bytes: &Bytes) -> Result<WalObject, WalError> {
 /// version and before the trailer.
 fn validated_body(bytes: &Bytes) -> Result<Bytes, WalError> {
     let len = bytes.len();
-    if len > MAX_OBJECT_BYTES {
+    if len > OBJECT_BYTES_MAX {
         return Err(WalError::TooLarge { len });
     }
     if len < HEADER_FIXED_BYTES + 2 + 4 + TRAILER_BYTES {
@@ -602,7 +602,7 @@ fn read_header(body: &mut Bytes) -> Result<WalHeader, WalError> {
     let instance = body.read_array("writer instance")?;
     let write_id = body.read_array("write id")?;
     let name_len = body.read_u16("shard name length")? as usize;
-    if name_len == 0 || name_len > MAX_SHARD_NAME_BYTES {
+    if name_len == 0 || name_len > SHARD_NAME_BYTES_MAX {
         return Err(WalError::Invalid {
             field: "shard name",
             reason: "length must be 1..=64 bytes",
@@ -659,7 +659,7 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
         TAG_PRODUCER => {
             let stream = get_stream(b)?;
             let id_len = b.read_u16("producer id length")? as usize;
-            if id_len > MAX_PRODUCER_ID_BYTES {
+            if id_len > PRODUCER_ID_BYTES_MAX {
                 return Err(WalError::Invalid {
                     field: "producer id",
                     reason: "longer than 256 bytes",
@@ -678,7 +678,7 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
         TAG_STREAM_SEQ => {
             let stream = get_stream(b)?;
             let len = b.read_u16("stream seq length")? as usize;
-            if len > MAX_STREAM_SEQ_BYTES {
+            if len > STREAM_SEQ_BYTES_MAX {
                 return Err(WalError::Invalid {
                     field: "stream seq",
                     reason: "longer than 256 bytes",
@@ -855,7 +855,7 @@ mod tests {
 
     #[test]
     fn oversized_input_rejected_without_reading_it() {
-        let big = Bytes::from(vec![0u8; MAX_OBJECT_BYTES + 1]);
+        let big = Bytes::from(vec![0u8; OBJECT_BYTES_MAX + 1]);
         assert!(matches!(decode(&big), Err(WalError::TooLarge { .. })));
     }
 

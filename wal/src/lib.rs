@@ -36,8 +36,8 @@ pub mod walk;
 pub use format::{
     append_entry_encoded_len, decode, decode_header, encode, entry_encoded_len, header_encoded_len,
     AppendEntry, CloseEntry, CreateEntry, DeleteEntry, EncodedObject, ObjectKind, ProducerEntry,
-    StreamRef, StreamSeqEntry, WalEntry, WalError, WalHeader, WalObject, WriterId, FORMAT_VERSION,
-    MAGIC, MAX_ENTRIES, MAX_OBJECT_BYTES, MAX_PRODUCER_ID_BYTES, MAX_STREAM_SEQ_BYTES, NO_SLOT,
-    OBJECT_TRAILER_BYTES,
+    StreamRef, StreamSeqEntry, WalEntry, WalError, WalHeader, WalObject, WriterId, ENTRIES_MAX,
+    FORMAT_VERSION, MAGIC, NO_SLOT, OBJECT_BYTES_MAX, OBJECT_TRAILER_BYTES, PRODUCER_ID_BYTES_MAX,
+    STREAM_SEQ_BYTES_MAX,
 };
 pub use walk::{Admission, LogWalk};

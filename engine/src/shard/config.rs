@@ -24,9 +24,9 @@ pub struct ShardConfig {
     /// Minimum time between the starts of two WAL PUTs.
     pub min_flush_gap: Duration,
     /// A WAL object is cut at this many encoded bytes (one request is never
-    /// split; held within the format's `MAX_OBJECT_BYTES`).
+    /// split; held within the format's `OBJECT_BYTES_MAX`).
     pub max_object_bytes: usize,
-    /// …or at this many entries (held within the format's `MAX_ENTRIES`):
+    /// …or at this many entries (held within the format's `ENTRIES_MAX`):
     /// creates, closes and producer records count though they carry no pages.
     pub max_object_entries: usize,
     /// Page bytes staged or in flight before the committer stops taking commands.
@@ -67,7 +67,7 @@ impl Default for ShardConfig {
             pipeline_min_bytes: 16 << 10,
             min_flush_gap: Duration::ZERO,
             max_object_bytes: 16 << 20,
-            max_object_entries: strata_wal::MAX_ENTRIES,
+            max_object_entries: strata_wal::ENTRIES_MAX,
             max_pending_bytes: 128 << 20,
             max_memory_page_bytes: 2 << 30,
             max_records_per_append: 1 << 20,

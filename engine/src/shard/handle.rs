@@ -12,7 +12,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use strata_manifest::CasObject;
 use strata_segments::{
-    plan_pages, prepare_body, sealed_page_len, StreamCipher, MAX_ROUTING_KEY_BYTES,
+    plan_pages, prepare_body, sealed_page_len, StreamCipher, ROUTING_KEY_BYTES_MAX,
 };
 use strata_wal::CreateEntry;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -263,11 +263,11 @@ impl Shard {
             });
         }
         limits::check_wal_limits(&request)?;
-        if request.routing_key.len() > MAX_ROUTING_KEY_BYTES {
+        if request.routing_key.len() > ROUTING_KEY_BYTES_MAX {
             return Err(EngineError::TooLarge {
                 what: "routing key",
                 size: request.routing_key.len() as u64,
-                limit: MAX_ROUTING_KEY_BYTES as u64,
+                limit: ROUTING_KEY_BYTES_MAX as u64,
             });
         }
         let timestamp_ms = request

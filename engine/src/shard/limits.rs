@@ -6,13 +6,13 @@
 //! the whole group commit the request shares. Each limit of `strata_wal` and
 //! where it holds:
 //!
-//! * `MAX_PRODUCER_ID_BYTES`, `MAX_STREAM_SEQ_BYTES`: [`check_wal_limits`].
-//! * `MAX_OBJECT_BYTES`: an append's encoded entry is held within
+//! * `PRODUCER_ID_BYTES_MAX`, `STREAM_SEQ_BYTES_MAX`: [`check_wal_limits`].
+//! * `OBJECT_BYTES_MAX`: an append's encoded entry is held within
 //!   [`APPEND_ENTRY_BYTES_MAX`] (checked once its pages are built); the
 //!   committer cuts objects within the format's limit beside the header.
-//! * `MAX_ENTRIES`: one request stages at most four entries, and the
+//! * `ENTRIES_MAX`: one request stages at most four entries, and the
 //!   committer cuts objects at `max_object_entries`, clamped to the limit.
-//! * `MAX_SHARD_NAME_BYTES`: a [`crate::ids::ShardName`] cannot be longer, so
+//! * `SHARD_NAME_BYTES_MAX`: a [`crate::ids::ShardName`] cannot be longer, so
 //!   no header the shard writes is.
 //!
 //! (docs/ARCHITECTURE.md, "Write path and durability".)
@@ -23,27 +23,27 @@ use crate::error::EngineError;
 /// The largest append entry a WAL object can carry beside its header, the
 /// request's producer, `Stream-Seq` and close entries, and a shard name of
 /// the longest length.
-pub(super) const APPEND_ENTRY_BYTES_MAX: usize = strata_wal::MAX_OBJECT_BYTES - (64 << 10);
+pub(super) const APPEND_ENTRY_BYTES_MAX: usize = strata_wal::OBJECT_BYTES_MAX - (64 << 10);
 
 /// Checks the request against every WAL format limit that is not a page's
 /// (those `prepare_body` checks), so nothing is refused first by the encoder
 /// inside a PUT task, where it would fail the whole group commit.
 pub(super) fn check_wal_limits(request: &AppendRequest) -> Result<(), EngineError> {
     if let Some(claim) = &request.producer {
-        if claim.id.len() > strata_wal::MAX_PRODUCER_ID_BYTES {
+        if claim.id.len() > strata_wal::PRODUCER_ID_BYTES_MAX {
             return Err(EngineError::TooLarge {
                 what: "producer id",
                 size: claim.id.len() as u64,
-                limit: strata_wal::MAX_PRODUCER_ID_BYTES as u64,
+                limit: strata_wal::PRODUCER_ID_BYTES_MAX as u64,
             });
         }
     }
     if let Some(seq) = &request.stream_seq {
-        if seq.len() > strata_wal::MAX_STREAM_SEQ_BYTES {
+        if seq.len() > strata_wal::STREAM_SEQ_BYTES_MAX {
             return Err(EngineError::TooLarge {
                 what: "Stream-Seq",
                 size: seq.len() as u64,
-                limit: strata_wal::MAX_STREAM_SEQ_BYTES as u64,
+                limit: strata_wal::STREAM_SEQ_BYTES_MAX as u64,
             });
         }
     }
@@ -78,7 +78,7 @@ mod tests {
     fn the_largest_request_fits_one_wal_object() {
         let producer = WalEntry::Producer(ProducerEntry {
             stream: STREAM,
-            producer_id: "p".repeat(strata_wal::MAX_PRODUCER_ID_BYTES),
+            producer_id: "p".repeat(strata_wal::PRODUCER_ID_BYTES_MAX),
             epoch: u64::MAX,
             seq: u64::MAX,
             first_offset: u64::MAX,
@@ -87,19 +87,19 @@ mod tests {
         });
         let seq = WalEntry::StreamSeq(StreamSeqEntry {
             stream: STREAM,
-            seq: Bytes::from(vec![b'9'; strata_wal::MAX_STREAM_SEQ_BYTES]),
+            seq: Bytes::from(vec![b'9'; strata_wal::STREAM_SEQ_BYTES_MAX]),
         });
         let close = WalEntry::Close(CloseEntry {
             stream: STREAM,
             closed_ms: u64::MAX,
         });
-        let beside = strata_wal::header_encoded_len(strata_wal::format::MAX_SHARD_NAME_BYTES)
+        let beside = strata_wal::header_encoded_len(strata_wal::format::SHARD_NAME_BYTES_MAX)
             + strata_wal::OBJECT_TRAILER_BYTES
             + [producer, seq, close]
                 .iter()
                 .map(strata_wal::entry_encoded_len)
                 .sum::<usize>();
-        assert!(APPEND_ENTRY_BYTES_MAX + beside <= strata_wal::MAX_OBJECT_BYTES);
+        assert!(APPEND_ENTRY_BYTES_MAX + beside <= strata_wal::OBJECT_BYTES_MAX);
     }
 
     /// An append whose entry the WAL cannot hold (only possible with
@@ -110,7 +110,7 @@ mod tests {
     async fn an_append_over_the_wal_object_limit_is_refused_before_it_is_queued() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let config = ShardConfig {
-            max_append_bytes: 2 * strata_wal::MAX_OBJECT_BYTES,
+            max_append_bytes: 2 * strata_wal::OBJECT_BYTES_MAX,
             ..ShardConfig::default()
         };
         let shard = crate::shard::Shard::open(
@@ -128,7 +128,7 @@ mod tests {
         shard.create_stream(STREAM, &cipher).await.expect("created");
         // Incompressible records, a little more than one object can hold.
         let record_bytes = 4 << 20;
-        let count = strata_wal::MAX_OBJECT_BYTES / record_bytes + 1;
+        let count = strata_wal::OBJECT_BYTES_MAX / record_bytes + 1;
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let records: Vec<Bytes> = (0..count)
             .map(|_| {

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use strata_segments::segment::{decode_chunk_ref, RoutingSummary, MAX_SEGMENT_BYTES};
+use strata_segments::segment::{decode_chunk_ref, RoutingSummary, SEGMENT_BYTES_MAX};
 use strata_segments_fuzz::{encode_ref, zero_words};
 
 fuzz_target!(|data: &[u8]| {
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(r
         .position
         .checked_add(r.length)
-        .is_some_and(|e| e <= MAX_SEGMENT_BYTES));
+        .is_some_and(|e| e <= SEGMENT_BYTES_MAX));
     match &r.summary {
         RoutingSummary::Exact(hashes) => {
             assert!(hashes.windows(2).all(|w| w[0] < w[1]));

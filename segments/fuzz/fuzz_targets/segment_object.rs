@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use strata_segments::segment::{
-    decode_chunk, decode_table, decode_trailer, MAX_SEGMENT_BYTES, SEGMENT_VERSION, TRAILER_BYTES,
+    decode_chunk, decode_table, decode_trailer, SEGMENT_BYTES_MAX, SEGMENT_VERSION, TRAILER_BYTES,
     TRAILER_MAGIC,
 };
 use strata_segments_fuzz::{encode_table, with_valid_crc, zero_words};
@@ -41,7 +41,7 @@ fn check(data: &[u8], fix_crc: bool) {
         return;
     };
     let end = trailer.table_position + trailer.table_length;
-    assert!(end <= MAX_SEGMENT_BYTES);
+    assert!(end <= SEGMENT_BYTES_MAX);
     let mut rebuilt = Vec::new();
     rebuilt.extend_from_slice(&trailer.table_position.to_le_bytes());
     rebuilt.extend_from_slice(&trailer.table_length.to_le_bytes());

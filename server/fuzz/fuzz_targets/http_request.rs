@@ -280,7 +280,7 @@ fuzz_target!(|input: Input| {
             }
         }
         Command::Stream { name, op, .. } => {
-            assert!(!name.is_empty() && name.len() <= raw::MAX_NAME_BYTES);
+            assert!(!name.is_empty() && name.len() <= raw::STREAM_NAME_BYTES_MAX);
             assert!(!name.chars().any(char::is_control));
             assert!(!name.starts_with("__"));
             assert!(name

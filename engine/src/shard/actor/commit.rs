@@ -227,7 +227,7 @@ impl Actor {
             .ctx
             .config
             .max_object_entries
-            .clamp(1, strata_wal::MAX_ENTRIES);
+            .clamp(1, strata_wal::ENTRIES_MAX);
         let start_new = match self.staging.batches.back() {
             None => true,
             Some(b) => {
@@ -254,7 +254,7 @@ impl Actor {
         self.ctx
             .config
             .max_object_bytes
-            .min(strata_wal::MAX_OBJECT_BYTES - framing)
+            .min(strata_wal::OBJECT_BYTES_MAX - framing)
     }
 
     /// Sends `reply` once everything committed so far is durable.

@@ -16,7 +16,7 @@ pub mod state;
 pub use error::{ApiError, ApiResult};
 pub use request::{
     ascii_header, decode_stream_name, producer_headers, read_body, NameError, ProducerHeaders,
-    MAX_SAFE_INTEGER,
+    SAFE_INTEGER_MAX,
 };
 pub use response::{common_headers, empty, full, preflight, render, set, with_status, Body};
 pub use state::{AppState, HttpConfig, LiveSlot, WRITES_IN_FLIGHT_MAX};

@@ -6,12 +6,12 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use strata_wal::MAX_PRODUCER_ID_BYTES;
+use strata_wal::PRODUCER_ID_BYTES_MAX;
 
 use super::error::ApiError;
 
 /// Producer epochs and sequences stay JavaScript-safe integers.
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+pub const SAFE_INTEGER_MAX: u64 = (1 << 53) - 1;
 
 /// A request header as text (400 with `code` when it is not visible ASCII).
 pub fn ascii_header<'a>(
@@ -99,7 +99,7 @@ pub struct ProducerHeaders {
 }
 
 /// `Producer-Id`, `Producer-Epoch` and `Producer-Seq`: all three or none,
-/// the id UTF-8 of 1 to [`MAX_PRODUCER_ID_BYTES`] bytes, the numbers
+/// the id UTF-8 of 1 to [`PRODUCER_ID_BYTES_MAX`] bytes, the numbers
 /// JavaScript-safe. Refusals are 400 `bad_request` (the product renames
 /// the code).
 pub fn producer_headers(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
@@ -125,16 +125,16 @@ pub fn producer_headers(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, 
     if id.is_empty() {
         return Err(ApiError::bad_request("Producer-Id must not be empty"));
     }
-    if id.len() > MAX_PRODUCER_ID_BYTES {
+    if id.len() > PRODUCER_ID_BYTES_MAX {
         return Err(ApiError::bad_request(format!(
-            "Producer-Id is longer than {MAX_PRODUCER_ID_BYTES} bytes"
+            "Producer-Id is longer than {PRODUCER_ID_BYTES_MAX} bytes"
         )));
     }
     let number = |text: &str, what: &str| {
         text.trim()
             .parse::<u64>()
             .ok()
-            .filter(|n| *n <= MAX_SAFE_INTEGER && text.trim().bytes().all(|b| b.is_ascii_digit()))
+            .filter(|n| *n <= SAFE_INTEGER_MAX && text.trim().bytes().all(|b| b.is_ascii_digit()))
             .ok_or_else(|| ApiError::bad_request(format!("{what} must be a non-negative integer")))
     };
     Ok(Some(ProducerHeaders {

@@ -19,5 +19,5 @@ pub use super::common::ProducerHeaders;
 pub use handlers::handle;
 pub use parse::{
     parse_stream_op, stream_name, AppendRequest, CreateRequest, Live, ReadQuery, ReadRequest,
-    StreamOp, MAX_NAME_BYTES, PREFIX,
+    StreamOp, PREFIX, STREAM_NAME_BYTES_MAX,
 };

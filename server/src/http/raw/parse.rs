@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use strata_engine::ProducerClaim;
 use strata_segments::StreamKey;
-use strata_wal::MAX_STREAM_SEQ_BYTES;
+use strata_wal::STREAM_SEQ_BYTES_MAX;
 
 use super::super::common::{
     ascii_header, decode_stream_name, producer_headers, ApiError, ProducerHeaders,
@@ -90,11 +90,11 @@ pub fn parse_stream_op(
 pub const PREFIX: &str = "/v1/stream/";
 
 /// Longest stream name, in bytes.
-pub const MAX_NAME_BYTES: usize = 1024;
+pub const STREAM_NAME_BYTES_MAX: usize = 1024;
 
 /// Decodes and validates the stream name in a request path.
 pub fn stream_name(raw: &str) -> Result<String, ApiError> {
-    decode_stream_name(raw, MAX_NAME_BYTES)
+    decode_stream_name(raw, STREAM_NAME_BYTES_MAX)
         .map_err(|why| ApiError::bad_request(format!("invalid stream name: {why}")))
 }
 
@@ -231,10 +231,10 @@ fn parse_append(
     let stream_seq = header(headers, "stream-seq")?.map(|s| Bytes::copy_from_slice(s.as_bytes()));
     if stream_seq
         .as_ref()
-        .is_some_and(|s| s.len() > MAX_STREAM_SEQ_BYTES)
+        .is_some_and(|s| s.len() > STREAM_SEQ_BYTES_MAX)
     {
         return Err(ApiError::bad_request(format!(
-            "Stream-Seq is longer than {MAX_STREAM_SEQ_BYTES} bytes"
+            "Stream-Seq is longer than {STREAM_SEQ_BYTES_MAX} bytes"
         )));
     }
     let content_type = header(headers, "content-type")?.map(str::to_string);

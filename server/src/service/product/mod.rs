@@ -20,7 +20,7 @@ pub mod cursor;
 use sha2::{Digest, Sha256};
 
 /// Longest routing key, in bytes.
-pub const ROUTING_KEY_BYTES_MAX: usize = strata_segments::MAX_ROUTING_KEY_BYTES;
+pub const ROUTING_KEY_BYTES_MAX: usize = strata_segments::ROUTING_KEY_BYTES_MAX;
 /// Most records in one `records:batch`.
 pub const BATCH_RECORDS_MAX: usize = 10_000;
 /// Read page bounds (`maxBytes` is clamped into them).
