@@ -1,7 +1,9 @@
 //! The `strata` binary's library: the HTTP surfaces, the server, operator
 //! tools and benchmarks. `main.rs` only parses the command line; everything
-//! else lives here so fuzz targets and tests can reach the parsers.
+//! else lives here so fuzz targets and tests can reach the parsers. The
+//! benchmarks ([`bench`]) are compiled only with the `bench` feature.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod catalog;
 pub mod ds;

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use strata_server::{bench, keys, ops, serve};
+#[cfg(feature = "bench")]
+use strata_server::bench;
+use strata_server::{keys, ops, serve};
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Durable streams on object storage")]
@@ -16,7 +18,9 @@ struct Cli {
 enum Commands {
     /// Run the HTTP server.
     Serve(Box<serve::ServeArgs>),
-    /// Benchmarks that print throughput, latency, store requests and memory.
+    /// Benchmarks that print throughput, latency, store requests and memory
+    /// (only in builds with `--features bench`).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// Stream keys: generate, fingerprint, derive subkeys, open stored pages.
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
         Commands::Shard(command) => return exit(ops::run_shard(command)),
         Commands::Stream(command) => return exit(ops::run_stream(command)),
         Commands::Serve(args) => serve::run(*args).map_err(|e| e.to_string()),
+        #[cfg(feature = "bench")]
         Commands::Bench(command) => bench::run(command).map_err(|e| e.to_string()),
         Commands::Keys(command) => keys::run(command).map_err(|e| e.to_string()),
     };
