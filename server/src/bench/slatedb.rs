@@ -32,7 +32,7 @@ use strata_segments::{
 };
 use tokio::sync::Mutex;
 
-use super::BenchError;
+use super::error::BenchError;
 
 const DATA_TAG: u8 = b'd';
 const TAIL_TAG: u8 = b't';

@@ -16,7 +16,8 @@ use strata_engine::{
 };
 use strata_segments::{StreamCipher, StreamEpoch, StreamKey};
 
-use super::{peak_rss_bytes, BenchError};
+use super::error::BenchError;
+use super::harness::peak_rss_bytes;
 
 #[derive(Args, Debug)]
 pub struct CatchupBench {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "bench")]
 use crate::bench;
 
 pub mod keys;
@@ -24,7 +25,9 @@ struct Cli {
 enum Commands {
     /// Run the HTTP server.
     Serve(Box<serve::ServeArgs>),
-    /// Benchmarks that print throughput, latency, store requests and memory.
+    /// Benchmarks that print throughput, latency, store requests and memory
+    /// (only in builds with `--features bench`).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// Stream keys: generate, fingerprint, derive subkeys, open stored pages.
@@ -54,6 +57,7 @@ pub fn main() -> ExitCode {
         Commands::Shard(command) => return exit(ops::run_shard(command)),
         Commands::Stream(command) => return exit(ops::run_stream(command)),
         Commands::Serve(args) => serve::run(*args).map_err(|e| e.to_string()),
+        #[cfg(feature = "bench")]
         Commands::Bench(command) => bench::run(command).map_err(|e| e.to_string()),
         Commands::Keys(command) => keys::run(command).map_err(|e| e.to_string()),
     };
