@@ -25,16 +25,6 @@ pub mod format;
 pub mod index_run;
 pub mod store;
 
-/// The CAS object's former path, kept deliberately: engine files outside
-/// `shard/io.rs` still name `strata_manifest::cas::…` (they move to
-/// [`store`] with the engine's own restructuring). New code uses [`store`].
-pub mod cas {
-    pub use crate::store::{
-        is_durability_unknown, is_transient, CasCodec, CasError, CasObject, DurabilityUnknown,
-        RetryPolicy, Versioned,
-    };
-}
-
 pub use claim::{claim_shard, ClaimError};
 pub use format::{
     add_window, IndexRunRef, Manifest, ManifestCodec, ManifestError, ReplayPoint, SegmentRef,

@@ -32,8 +32,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use strata_manifest::cas::is_durability_unknown;
 use strata_manifest::index_run::{self, IndexRun};
+use strata_manifest::store::is_durability_unknown;
 use strata_manifest::{
     add_window, CasError, IndexRunRef, Manifest, ReplayPoint, SegmentRef, SlotRange, Versioned,
     WriterIdentity,

@@ -31,7 +31,7 @@ use object_store::{
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use strata_manifest::cas::DurabilityUnknown;
+use strata_manifest::store::DurabilityUnknown;
 use tokio::time::Instant;
 
 use crate::store::{StoreLayer, StoreOp};

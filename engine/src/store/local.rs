@@ -45,7 +45,7 @@ use object_store::{
     GetOptions, GetResult, ObjectStore, PutMode, PutOptions, PutPayload, PutResult, Result,
 };
 
-use strata_manifest::cas::DurabilityUnknown;
+use strata_manifest::store::DurabilityUnknown;
 
 use super::layer::{Layered, StoreLayer};
 use super::sync_point::{SyncPoint, SyncWrite};
@@ -965,7 +965,7 @@ mod tests {
         result
             .as_ref()
             .err()
-            .is_some_and(strata_manifest::cas::is_durability_unknown)
+            .is_some_and(strata_manifest::store::is_durability_unknown)
     }
 
     /// After a published file's directory fsync fails, the store syncs the
