@@ -1,4 +1,4 @@
-//! Stream keys and the derivations of DESIGN.md §7:
+//! Stream keys and their derivations (docs/FORMATS.md §7):
 //!
 //! ```text
 //! fingerprint = HKDF-SHA256(salt = epoch, ikm = stream key, info = "strata/key-fingerprint/v1")[..16]
