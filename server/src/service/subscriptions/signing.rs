@@ -16,9 +16,10 @@ use std::sync::Arc;
 use crate::service::names;
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey};
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use strata_manifest::store::{create_only, CreateOnly, RetryPolicy};
 
 use super::error::OpenError;
 use hex::encode as hex;
@@ -65,39 +66,42 @@ impl Signer {
     ) -> Result<Signer, OpenError> {
         let path = names::webhook_signing_key();
         let failed = |e: &dyn std::fmt::Display| OpenError::SigningKey(format!("{path}: {e}"));
-        loop {
-            match store.get(&path).await {
-                Ok(found) => {
-                    let bytes = found
-                        .bytes()
-                        .await
-                        .map_err(|e| OpenError::SigningKey(e.to_string()))?;
-                    let stored: StoredSigningKey =
-                        serde_json::from_slice(&bytes).map_err(|e| failed(&e))?;
-                    let seed = decode_seed(&stored.seed).ok_or_else(|| failed(&"bad seed"))?;
-                    return Ok(Signer::from_seed(&seed));
-                }
-                Err(object_store::Error::NotFound { .. }) => {
-                    let mut seed = [0u8; 32];
-                    seed[..16].copy_from_slice(&random());
-                    seed[16..].copy_from_slice(&random());
-                    let stored = serde_json::to_vec(&StoredSigningKey { seed: hex(seed) })
-                        .map_err(|e| failed(&e))?;
-                    let create = PutOptions {
-                        mode: PutMode::Create,
-                        ..Default::default()
-                    };
-                    match store
-                        .put_opts(&path, PutPayload::from(stored), create)
-                        .await
-                    {
-                        Ok(_) => return Ok(Signer::from_seed(&seed)),
-                        // Another server created it first: read and use theirs.
-                        Err(object_store::Error::AlreadyExists { .. }) => continue,
-                        Err(e) => return Err(failed(&e)),
-                    }
-                }
-                Err(e) => return Err(failed(&e)),
+        let decode = |bytes: &[u8]| -> Result<Signer, OpenError> {
+            let stored: StoredSigningKey = serde_json::from_slice(bytes).map_err(|e| failed(&e))?;
+            let seed = decode_seed(&stored.seed).ok_or_else(|| failed(&"bad seed"))?;
+            Ok(Signer::from_seed(&seed))
+        };
+        match store.get(&path).await {
+            Ok(found) => {
+                let bytes = found.bytes().await.map_err(|e| failed(&e))?;
+                return decode(&bytes);
+            }
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(failed(&e)),
+        }
+        let mut seed = [0u8; 32];
+        seed[..16].copy_from_slice(&random());
+        seed[16..].copy_from_slice(&random());
+        let stored =
+            serde_json::to_vec(&StoredSigningKey { seed: hex(seed) }).map_err(|e| failed(&e))?;
+        // Create-only with read-back: another server may have created it first
+        // (or an earlier attempt of ours landed); then the stored key is used.
+        let created = create_only(
+            store,
+            &path,
+            PutPayload::from(stored),
+            &RetryPolicy::default(),
+            "webhook signing key",
+        )
+        .await
+        .map_err(|e| failed(&e))?;
+        match created {
+            CreateOnly::Created => Ok(Signer::from_seed(&seed)),
+            CreateOnly::Taken(taken) => {
+                let bytes = taken
+                    .found
+                    .ok_or_else(|| failed(&"created by another server, then gone"))?;
+                decode(&bytes)
             }
         }
     }
