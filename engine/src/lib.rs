@@ -29,7 +29,7 @@ pub use env::{
     TokioClock,
 };
 pub use error::EngineError;
-pub use ids::{stream_id, InstanceId, ShardName, StreamRef};
+pub use ids::{stream_id, InstanceId, InvalidShardName, ShardName, StreamRef};
 pub use shard::{
     AppendAck, AppendKind, AppendRequest, AppendTicket, CreateAck, ProducerClaim, ProducerState,
     ReadBatch, ReadLimits, Shard, ShardConfig, ShardStatus, StreamInfo, StreamStatus, WaitOutcome,

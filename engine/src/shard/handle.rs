@@ -391,6 +391,11 @@ impl Shard {
         tails
     }
 
+    /// Commands waiting in the shard's queue now.
+    pub fn queued(&self) -> usize {
+        self.inner.tx.max_capacity() - self.inner.tx.capacity()
+    }
+
     /// Stops taking commands, flushes what is staged, and stops the actor.
     pub async fn shutdown(&self) {
         let (reply, rx) = oneshot::channel();

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use strata_segments::segment::{routing_key_hash, Chunk};
 use strata_segments::{open_page, PageError, Record, StreamCipher};
 
+use super::api::ShardStatus;
 use super::chunk::SealedChunk;
 use super::ctx::ShardCtx;
 use super::handle::Shard;
@@ -367,8 +368,19 @@ impl Shard {
             .cell(&stream.id)
             .ok_or(EngineError::StreamNotFound)?;
         let mut changed = cell.changed.subscribe();
+        let mut status = self.inner.shared.status.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            // A shard that stopped or was fenced answers no more waits: the
+            // reader asks again (elsewhere, when ownership moved).
+            if matches!(
+                *status.borrow_and_update(),
+                ShardStatus::Stopped | ShardStatus::Fenced
+            ) {
+                return Err(EngineError::Unavailable {
+                    reason: "shard stopped".into(),
+                });
+            }
             let tail = {
                 let state = cell.state.read();
                 if !state.tail.is_live(stream) {
@@ -381,9 +393,15 @@ impl Shard {
                 }
                 tail
             };
-            match tokio::time::timeout_at(deadline, changed.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
+            let woken = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    woken = changed.changed() => woken.is_ok(),
+                    woken = status.changed() => woken.is_ok(),
+                }
+            });
+            match woken.await {
+                Ok(true) => {}
+                Ok(false) => {
                     return Err(EngineError::Unavailable {
                         reason: "shard stopped".into(),
                     })

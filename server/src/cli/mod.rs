@@ -1,5 +1,5 @@
 //! The command line: `strata serve`, the operator commands for shards and
-//! streams (`ops`), stream keys (`keys`) and the benchmarks. Each command
+//! streams (`ops`), the fleet's status (`fleet`), stream keys (`keys`) and the benchmarks. Each command
 //! parses its arguments here and runs its room's code; `main.rs` only calls
 //! [`main`].
 
@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 #[cfg(feature = "bench")]
 use crate::bench;
 
+pub mod fleet;
 pub mod keys;
 pub mod ops;
 pub mod serve;
@@ -39,6 +40,9 @@ enum Commands {
     /// Operator tools for streams.
     #[command(subcommand)]
     Stream(ops::StreamCommand),
+    /// A fleet on one store: members and shard owners.
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
 }
 
 /// Runs the command of the process's arguments.
@@ -56,6 +60,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Commands::Shard(command) => return exit(ops::run_shard(command)),
         Commands::Stream(command) => return exit(ops::run_stream(command)),
+        Commands::Fleet(command) => return exit(fleet::run(command)),
         Commands::Serve(args) => serve::run(*args).map_err(|e| e.to_string()),
         #[cfg(feature = "bench")]
         Commands::Bench(command) => bench::run(command).map_err(|e| e.to_string()),

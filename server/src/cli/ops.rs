@@ -57,7 +57,7 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    fn open(&self) -> Result<Arc<dyn ObjectStore>, OpsError> {
+    pub(super) fn open(&self) -> Result<Arc<dyn ObjectStore>, OpsError> {
         let options = StoreOptions {
             s3: self.s3.options(),
             ..StoreOptions::default()
@@ -153,7 +153,7 @@ pub enum StreamCommand {
     },
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, OpsError> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, OpsError> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
@@ -163,7 +163,7 @@ fn shard_name(text: &str) -> Result<ShardName, OpsError> {
     ShardName::new(text).map_err(|e| OpsError::Usage(e.to_string()))
 }
 
-fn print_json<T: serde::Serialize>(value: &T) {
+pub(super) fn print_json<T: serde::Serialize>(value: &T) {
     match serde_json::to_string_pretty(value) {
         Ok(text) => println!("{text}"),
         Err(e) => eprintln!("error: encoding JSON: {e}"),

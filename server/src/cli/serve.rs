@@ -18,15 +18,20 @@ use hyper_util::rt::TokioIo;
 use object_store::ObjectStore;
 use strata_engine::shard::ChunkCache;
 use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
-use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, ShardName, SystemClock};
+use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, SystemClock};
 use tokio::net::TcpListener;
 
 use crate::service::tenancy::Tenancy;
 use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
-use crate::http::{AppState, HttpConfig};
+use crate::http::fleet::HttpPeers;
+use crate::http::{AppState, FleetHttp, FleetRouting, HttpConfig};
+use crate::service::fleet::controller::LEASE_MARGIN_MS;
+use crate::service::fleet::heartbeat::{check_url, check_weight};
+use crate::service::fleet::{EngineOpener, Fleet, FleetConfig};
 use crate::service::registry::Registry;
+use crate::service::routing::{ShardIndex, ShardRouter};
 use crate::service::subscriptions::{SubscriptionObserver, Subscriptions};
 use crate::service::{Streams, StreamsConfig};
 
@@ -130,7 +135,61 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub sealing: SealArgs,
     #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
     pub s3: S3Args,
+}
+
+/// Many servers on one store (docs/RUNBOOK.md, "Running a fleet").
+#[derive(Args, Debug, Clone)]
+pub struct FleetArgs {
+    /// Serve as one member of a fleet on this store: heartbeats, placement,
+    /// failover, hand-off and routing between members.
+    #[arg(long)]
+    pub fleet: bool,
+    /// How other members and clients reach this one (required with --fleet),
+    /// e.g. http://10.0.0.7:8090.
+    #[arg(long, requires = "fleet")]
+    pub advertise_url: Option<String>,
+    /// Heartbeat interval, in milliseconds.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub heartbeat_ms: u64,
+    /// A member whose heartbeat has not changed for this long is dead, in
+    /// milliseconds (at least twice the heartbeat interval plus one second).
+    #[arg(long, default_value_t = 6_000)]
+    pub fleet_lease_ms: u64,
+    /// A request for a stream served by another member: forward it, or
+    /// answer 409 `not_stream_owner` (both with `Streams-Replay-To`).
+    #[arg(long, value_enum, default_value_t = FleetRouting::Forward)]
+    pub fleet_routing: FleetRouting,
+    /// This member's share of shards relative to the others' (1..=64).
+    #[arg(long, default_value_t = 1)]
+    pub fleet_weight: u32,
+}
+
+impl FleetArgs {
+    /// The controller's settings, checked (`None` without `--fleet`).
+    fn config(&self) -> Result<Option<FleetConfig>, ServeError> {
+        if !self.fleet {
+            return Ok(None);
+        }
+        let url = self
+            .advertise_url
+            .clone()
+            .ok_or_else(|| ServeError::Usage("--fleet needs --advertise-url".into()))?;
+        check_url(&url).map_err(|e| ServeError::Usage(format!("--advertise-url: {e}")))?;
+        check_weight(self.fleet_weight)
+            .map_err(|e| ServeError::Usage(format!("--fleet-weight: {e}")))?;
+        if self.fleet_lease_ms < 2 * self.heartbeat_ms + LEASE_MARGIN_MS {
+            return Err(ServeError::Usage(format!(
+                "--fleet-lease-ms {} must be at least twice --heartbeat-ms plus {LEASE_MARGIN_MS}",
+                self.fleet_lease_ms
+            )));
+        }
+        let mut config = FleetConfig::new(url, self.heartbeat_ms, self.fleet_lease_ms);
+        config.weight = self.fleet_weight;
+        Ok(Some(config))
+    }
 }
 
 /// The sealed tier: when pages move into segments, how long garbage waits,
@@ -288,6 +347,7 @@ pub struct Server {
     local: SocketAddr,
     state: Arc<AppState>,
     shards: Vec<Shard>,
+    fleet: Option<Arc<Fleet>>,
 }
 
 impl Server {
@@ -340,39 +400,50 @@ impl Server {
             chunk_cache: args.sealing.chunk_cache(local)?,
             ..ShardConfig::default()
         };
-        crate::service::topology::settle(&store, args.shards.max(1))
+        let shard_count = args.shards.max(1);
+        crate::service::topology::settle(&store, shard_count)
             .await
             .map_err(|e| ServeError::Usage(e.to_string()))?;
+        let fleet_config = args.fleet.config()?;
+        let clock: Arc<dyn strata_engine::Clock> = Arc::new(SystemClock);
         let mut shards = Vec::new();
-        for i in 0..args.shards.max(1) {
-            let name = format!("s{i}");
-            let shard_name = ShardName::new(&name).map_err(|e| ServeError::Usage(e.to_string()))?;
-            let shard = Shard::open(env.clone(), shard_name, instance, config.clone())
-                .await
-                .map_err(|source| ServeError::Shard {
-                    shard: name.clone(),
-                    source,
-                })?;
-            let report = shard.last_recovery();
-            tracing::info!(shard = %name, epoch = report.epoch, wal_objects = report.wal_objects_applied, streams = report.streams, "shard open");
-            shards.push(shard);
-        }
-        let clock = Arc::new(SystemClock);
+        let router = if fleet_config.is_some() {
+            let count = u32::try_from(shard_count)
+                .map_err(|_| ServeError::Usage("--shards is too large".into()))?;
+            ShardRouter::fleet(count, clock.clone())?
+        } else {
+            for i in 0..shard_count {
+                let index = ShardIndex(i as u32);
+                let name = index
+                    .shard_name()
+                    .map_err(|e| ServeError::Usage(e.to_string()))?;
+                let shard = Shard::open(env.clone(), name.clone(), instance, config.clone())
+                    .await
+                    .map_err(|source| ServeError::Shard {
+                        shard: name.as_str().to_string(),
+                        source,
+                    })?;
+                let report = shard.last_recovery();
+                tracing::info!(shard = %name.as_str(), epoch = report.epoch, wal_objects = report.wal_objects_applied, streams = report.streams, "shard open");
+                shards.push(shard);
+            }
+            ShardRouter::new(shards.clone())?
+        };
         let registry = Registry::new(
             store.clone(),
             RetryPolicy::default(),
             strata_engine::Clock::now_ms(&SystemClock),
         );
-        let streams = Arc::new(Streams::new(
+        let streams = Arc::new(Streams::with_router(
             registry,
-            shards.clone(),
+            Arc::new(router),
             clock,
             Arc::new(OsEntropy),
             StreamsConfig {
                 max_record_bytes: args.max_record_bytes,
                 ..StreamsConfig::default()
             },
-        )?);
+        ));
         let subscriptions =
             Subscriptions::open(streams.clone(), store.clone(), args.allow_loopback_webhooks)
                 .await
@@ -412,12 +483,53 @@ impl Server {
                 append_timeout: Duration::from_millis(args.append_timeout_ms),
             },
         ));
+        let fleet = match fleet_config {
+            Some(fleet_config) => {
+                let client = crate::http::common::state::peer_client();
+                let fleet = Fleet::new(
+                    instance,
+                    fleet_config,
+                    store.clone(),
+                    state.streams.clone(),
+                    Arc::new(EngineOpener {
+                        env: env.clone(),
+                        instance,
+                        config: config.clone(),
+                    }),
+                    Arc::new(HttpPeers {
+                        client: client.clone(),
+                    }),
+                );
+                let _ = state.fleet.set(FleetHttp {
+                    fleet: fleet.clone(),
+                    routing: args.fleet.fleet_routing,
+                    client,
+                });
+                // One beat before serving: a member of a fleet with no other
+                // live member claims its shards at once.
+                fleet.beat().await;
+                tracing::info!(instance = %instance, owned = state.streams.router().owned().len(), "fleet: joined");
+                Some(fleet)
+            }
+            None => None,
+        };
         Ok(Server {
             listener,
             local,
             state,
             shards,
+            fleet,
         })
+    }
+
+    /// This member's fleet controller (`None` without `--fleet`).
+    pub fn fleet(&self) -> Option<&Arc<Fleet>> {
+        self.fleet.as_ref()
+    }
+
+    /// The server's state (tests reach the service through it).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
     }
 
     /// The address the listener is bound to.
@@ -437,9 +549,23 @@ impl Server {
             listener,
             state,
             shards,
+            fleet,
             ..
         } = self;
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        if let Some(fleet) = &fleet {
+            tokio::spawn(fleet.clone().run());
+        }
+        // A fleet member hands its shards off while it still accepts
+        // requests (they are forwarded to the new owners meanwhile).
+        let draining = fleet.clone();
+        let shutdown = async move {
+            shutdown.await;
+            if let Some(fleet) = draining {
+                eprintln!("strata: draining: handing shards to other members");
+                fleet.drain().await;
+            }
+        };
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
@@ -479,6 +605,9 @@ impl Server {
         }
         for shard in &shards {
             shard.shutdown().await;
+        }
+        if let Some(fleet) = &fleet {
+            fleet.stop().await;
         }
         eprintln!("strata: stopped");
         Ok(())

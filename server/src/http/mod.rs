@@ -7,12 +7,15 @@
 //! * [`product`]: `/v1/streams…`, the product API;
 //! * [`subscriptions`]: the reserved `__ds` API;
 //! * [`live`]: long-poll and SSE for both surfaces;
+//! * [`fleet`]: forwarding to (or replaying toward) the member that serves
+//!   a stream, and the hand-off hint;
 //! * [`common`]: what the surfaces share (state, errors, bodies, headers).
 //!
 //! Imports go down that list: the router names the surfaces, the surfaces
-//! name `live` and `common`, and `common` names no surface.
+//! name `live` and `common`, `fleet` names `common`, and `common` names no surface.
 
 pub mod common;
+pub mod fleet;
 pub mod live;
 pub mod product;
 pub mod raw;
@@ -21,6 +24,6 @@ pub mod subscriptions;
 
 pub use common::{
     ascii_header, decode_stream_name, empty, full, read_body, ApiError, ApiResult, AppState, Body,
-    HttpConfig, LiveSlot, WRITES_IN_FLIGHT_MAX,
+    FleetHttp, FleetRouting, HttpConfig, LiveSlot, WRITES_IN_FLIGHT_MAX,
 };
 pub use router::{handle, parse_request, Command, ParseConfig};

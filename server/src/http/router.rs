@@ -15,7 +15,9 @@ use hyper::body::Incoming;
 use strata_segments::StreamKey;
 
 use super::common::{common_headers, full, preflight, ApiError, ApiResult, AppState, Body};
+use super::fleet::{self as fleet_http, Decision};
 use super::{product, raw, subscriptions};
+use crate::service::routing::{ShardIndex, ShardRouter};
 use crate::service::tenancy::Tenancy;
 
 /// One request, start to finish.
@@ -46,6 +48,8 @@ pub enum Command {
     Preflight,
     /// `/healthz`.
     Health,
+    /// `POST /v1/fleet/hint` from another fleet member (its instance id).
+    FleetHint(Option<fleet_http::Hint>),
     /// The reserved `__ds` API (project `default` only).
     Subscriptions(subscriptions::SubRoute),
     /// `/v1/stream/{name}`.
@@ -76,6 +80,9 @@ pub fn parse_request(
     }
     if path == "/healthz" {
         return Ok(Command::Health);
+    }
+    if path == fleet_http::HINT_PATH && method == Method::POST {
+        return Ok(Command::FleetHint(fleet_http::parse_hint(headers)));
     }
     let Ok(project) = config
         .tenancy
@@ -120,6 +127,25 @@ pub fn parse_request(
     ))
 }
 
+impl Command {
+    /// The shard a command is about (and whether it is a product request),
+    /// for fleet routing: a stream's shard, shard 0 for the `__ds` API, and
+    /// `None` for commands any member answers itself.
+    pub fn fleet_target(&self, router: &ShardRouter) -> Option<(ShardIndex, bool)> {
+        let of =
+            |project: &str, name: &str| router.index_of(&strata_engine::stream_id(project, name));
+        match self {
+            Command::Stream { project, name, .. } => Some((of(project, name), false)),
+            Command::Product {
+                project,
+                route: product::ProductRoute::Collection { name, .. },
+            } => Some((of(project, name), true)),
+            Command::Subscriptions(_) => Some((ShardIndex(0), false)),
+            _ => None,
+        }
+    }
+}
+
 fn is_product_path(path: &str) -> bool {
     path == product::PREFIX || path.starts_with("/v1/streams/")
 }
@@ -136,9 +162,23 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
         request.uri().query(),
         request.headers(),
     )?;
+    if let Some(fleet) = state.fleet.get() {
+        if let Some((index, product)) = command.fleet_target(state.streams.router()) {
+            match fleet_http::decide(&state, fleet, index, request.headers()).await {
+                Decision::Local => {}
+                Decision::Forward(owner) => {
+                    return fleet_http::forward(state.clone(), owner, request)
+                        .await
+                        .map_err(|e| if product { e.product() } else { e });
+                }
+                Decision::Answer(e) => return Err(if product { e.product() } else { e }),
+            }
+        }
+    }
     match command {
         Command::Preflight => Ok(preflight()),
         Command::Health => Ok(Response::new(full("ok\n"))),
+        Command::FleetHint(from) => fleet_http::hint(state, from).await,
         Command::Subscriptions(sub_route) => subscriptions::handle(state, request, sub_route).await,
         Command::Stream { project, name, op } => {
             raw::handle(state, request, project, name, op).await

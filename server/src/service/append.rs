@@ -36,7 +36,7 @@ impl Streams {
             };
         let cipher = self.ciphers.cipher_for(&desc.value, key)?;
         let stream = stream_ref(&desc.value)?;
-        let shard = self.shards.shard_for(&stream.id);
+        let shard = self.shards.shard_for(&stream.id)?;
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
         let records = if let Some(records) = spec.records {
             self.check_record_sizes(&records)?;
@@ -110,7 +110,7 @@ impl Streams {
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
         let ack = self
             .shards
-            .shard_for(&stream.id)
+            .shard_for(&stream.id)?
             .close_stream_without_key(stream)
             .await?;
         entry.touch(self.now_ms());

@@ -39,7 +39,7 @@ impl Streams {
         let mut cap = u64::MAX;
         for _ in 0..FORK_DEPTH_MAX {
             let stream = stream_ref(&current.value)?;
-            let shard = self.shards.shard_for(&stream.id).clone();
+            let shard = self.shards.shard_for(&stream.id)?;
             let cipher = self.ciphers.cipher_for(&current.value, key)?;
             let base = current.value.fork.as_ref().map_or(0, |f| f.base);
             let origin = current.value.fork.clone();

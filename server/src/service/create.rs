@@ -111,7 +111,7 @@ impl Streams {
             }
         };
         let stream = StreamRef { id, incarnation };
-        let shard = self.shards.shard_for(&id).clone();
+        let shard = self.shards.shard_for(&id)?;
         shard.create_stream(stream, &cipher).await?;
         let mut own = Vec::new();
         if let Some(prefix) = fork.as_ref().and_then(|f| f.prefix.clone()) {

@@ -42,6 +42,14 @@ pub enum ServiceError {
     /// (or may still reach it) without this server learning so.
     #[error("the outcome of the write is unknown: {0}")]
     OutcomeUnknown(String),
+    /// The stream's shard is served by another fleet member (at `owner`);
+    /// nothing was applied here.
+    #[error("the stream's shard is served by another instance ({owner})")]
+    NotOwner { owner: String },
+    /// The stream's shard is being claimed, handed off or re-opened; nothing
+    /// was applied.
+    #[error("the stream's shard is moving between instances; retry shortly")]
+    Moving,
     #[error("internal error: {0}")]
     Internal(String),
 }

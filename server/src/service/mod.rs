@@ -7,7 +7,8 @@
 //!   `chain` (fork chains and reads across them), `retire` (delete), `expiry`
 //!   and `reaper` (TTL and `Expires-At`), `listing` (the catalog's entries and
 //!   pages), `startup` (the start-up scan and the catalog's repair);
-//! * `routing` (stream → shard), `cipher` (the cipher cache and key check);
+//! * `routing` (stream → shard → where it is served), `fleet` (membership,
+//!   placement and the controller that claims and releases shards), `cipher` (the cipher cache and key check);
 //! * `registry` (descriptors, CAS), `catalog` (listing buckets, CAS),
 //!   `topology` (the shard count), `names` (every server object's name);
 //! * `product` — the product surface's configuration and cursors;
@@ -15,6 +16,7 @@
 //!   operations take and answer.
 
 pub mod catalog;
+pub mod fleet;
 pub mod names;
 pub mod product;
 pub mod registry;
@@ -38,7 +40,7 @@ mod model;
 mod read;
 mod reaper;
 mod retire;
-mod routing;
+pub mod routing;
 mod startup;
 mod streams;
 

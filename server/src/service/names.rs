@@ -9,6 +9,7 @@
 //! registry/<project>/catalog/<bucket:02>.json      catalog buckets (CAS)
 //! server/webhook-signing-key.json                  the server's Ed25519 signing key
 //! topology.json                                    the shard count (CAS, written once)
+//! fleet/<instance>.json                            a fleet member's heartbeat (its own, overwritten)
 //! ```
 
 use hex::encode as hex;
@@ -64,4 +65,23 @@ pub fn topology() -> Path {
 /// The server's webhook signing key (an Ed25519 key pair, created once).
 pub fn webhook_signing_key() -> Path {
     Path::from("server/webhook-signing-key.json")
+}
+
+/// The folder of fleet heartbeats (listed by every fleet member).
+pub fn fleet_prefix() -> Path {
+    Path::from("fleet")
+}
+
+/// The heartbeat of fleet member `instance` (32 hex digits, random per
+/// process start).
+pub fn fleet_heartbeat(instance: &strata_engine::InstanceId) -> Path {
+    Path::from(format!("fleet/{instance}.json"))
+}
+
+/// The instance a heartbeat key names, if it is one (`fleet/<32 hex>.json`).
+pub fn fleet_instance_of(key: &Path) -> Option<strata_engine::InstanceId> {
+    let name = key.as_ref().strip_prefix("fleet/")?.strip_suffix(".json")?;
+    let mut id = [0u8; 16];
+    hex::decode_to_slice(name, &mut id).ok()?;
+    Some(strata_engine::InstanceId(id))
 }

@@ -40,7 +40,7 @@ impl Streams {
         let stream = stream_ref(desc)?;
         let info = self
             .shards
-            .shard_for(&stream.id)
+            .shard_for(&stream.id)?
             .stream_info(&stream)
             .ok_or(ServiceError::NotFound)?;
         let base = desc.fork.as_ref().map_or(0, |f| f.base);
@@ -124,7 +124,7 @@ impl Streams {
         let (entry, desc) = self.live(project, name).await?;
         let stream = stream_ref(&desc.value)?;
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);
-        let shard = self.shards.shard_for(&stream.id);
+        let shard = self.shards.shard_for(&stream.id)?;
         let own = position.saturating_sub(base);
         let outcome = shard.wait_for(&stream, own, timeout).await?;
         entry.touch(self.now_ms());

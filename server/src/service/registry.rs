@@ -228,6 +228,12 @@ impl Entry {
         }
     }
 
+    /// Forgets the cached descriptor: the next load reads the store (another
+    /// server may have changed it while it owned the name's shard).
+    pub fn forget(&self) {
+        *self.known.write() = Known::Unloaded;
+    }
+
     pub fn touch(&self, now_ms: u64) {
         self.last_access_ms.fetch_max(now_ms, Ordering::Relaxed);
     }
@@ -349,6 +355,18 @@ impl Registry {
     /// When this process started (the earliest last access it assumes).
     pub fn started_ms(&self) -> u64 {
         self.started_ms
+    }
+
+    /// Forgets the cached descriptor of every name `which` selects.
+    pub fn forget_where(&self, which: impl Fn(&str, &str) -> bool) {
+        let entries = self.entries.lock();
+        for (project, names) in entries.iter() {
+            for (name, entry) in names {
+                if which(project, name) {
+                    entry.forget();
+                }
+            }
+        }
     }
 
     /// The entry of `name` in `project` (created in the cache on first use).

@@ -16,12 +16,14 @@ use hex::encode as hex;
 impl Streams {
     pub(super) async fn drop_engine_stream(&self, desc: &Descriptor) {
         if let Ok(stream) = stream_ref(desc) {
-            if let Err(e) = self
-                .shards
-                .shard_for(&stream.id)
-                .delete_stream(stream)
-                .await
-            {
+            let shard = match self.shards.shard_for(&stream.id) {
+                Ok(shard) => shard,
+                Err(e) => {
+                    tracing::warn!(name = %desc.name, error = %e, "the stream's records stay until its shard's owner deletes them");
+                    return;
+                }
+            };
+            if let Err(e) = shard.delete_stream(stream).await {
                 if e != EngineError::StreamNotFound {
                     tracing::warn!(name = %desc.name, error = %e, "deleting the stream's records failed; its data stays until reclaimed");
                 }

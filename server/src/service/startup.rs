@@ -8,6 +8,7 @@ use super::error::ServiceError;
 use super::limits::STARTUP_SCAN_WAIT_MAX;
 use super::model::StartupScan;
 use super::registry::Descriptor;
+use super::routing::ShardIndex;
 use super::streams::Streams;
 
 impl Streams {
@@ -18,6 +19,26 @@ impl Streams {
         let result = self.scan_registry().await;
         self.startup_scanned.send_replace(true);
         result
+    }
+
+    /// Queues the expiry of every stream of shard `index` that has one: a
+    /// fleet member calls it when it claims the shard (streams created on
+    /// other members since its start are unknown to its reaper). One listing
+    /// of the registry; answers how many were queued.
+    pub async fn schedule_shard_expiries(&self, index: ShardIndex) -> Result<usize, ServiceError> {
+        let scan = self.registry.scan().await?;
+        let now_ms = self.now_ms();
+        let mut queued = 0;
+        for desc in &scan.live {
+            let Some(id) = desc.stream_id_bytes() else {
+                continue;
+            };
+            if self.shards.index_of(&id) == index && desc.expiry_deadline_ms(0).is_some() {
+                self.schedule_expiry(&desc.project, desc, now_ms);
+                queued += 1;
+            }
+        }
+        Ok(queued)
     }
 
     /// Marks the start-up scan as pending (before the server accepts

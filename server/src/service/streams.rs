@@ -26,7 +26,7 @@ use super::model::{StreamObserver, StreamsConfig};
 use super::reaper::Reaper;
 use super::registry::Registry;
 use super::registry::{Descriptor, Entry, StreamState};
-use super::routing::ShardRouter;
+use super::routing::{ShardIndex, ShardRouter};
 use std::sync::OnceLock;
 use strata_engine::{Clock, Entropy};
 
@@ -34,7 +34,7 @@ use strata_engine::{Clock, Entropy};
 pub struct Streams {
     pub(super) registry: Registry,
     pub(super) catalog: Catalog,
-    pub(super) shards: ShardRouter,
+    pub(super) shards: Arc<ShardRouter>,
     pub(super) ciphers: CipherCache,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) entropy: Arc<dyn Entropy>,
@@ -45,6 +45,8 @@ pub struct Streams {
     /// False from [`Streams::begin_startup_scan`] until the scan ended:
     /// catalog listings wait for it (see [`Streams::startup_scanned`]).
     pub(super) startup_scanned: tokio::sync::watch::Sender<bool>,
+    /// Appends acknowledged since start (the fleet's load vector).
+    pub(super) appends_acknowledged: std::sync::atomic::AtomicU64,
 }
 
 impl Streams {
@@ -55,9 +57,21 @@ impl Streams {
         entropy: Arc<dyn Entropy>,
         config: StreamsConfig,
     ) -> Result<Self, ServiceError> {
-        let shards = ShardRouter::new(shards)?;
+        let router = Arc::new(ShardRouter::new(shards)?);
+        Ok(Self::with_router(registry, router, clock, entropy, config))
+    }
+
+    /// A stream service over a router built by the caller (a fleet member's,
+    /// whose slots its controller fills).
+    pub fn with_router(
+        registry: Registry,
+        shards: Arc<ShardRouter>,
+        clock: Arc<dyn Clock>,
+        entropy: Arc<dyn Entropy>,
+        config: StreamsConfig,
+    ) -> Self {
         let (store, retry) = registry.store();
-        Ok(Streams {
+        Streams {
             catalog: Catalog::new(store, retry, entropy.clone()),
             registry,
             shards,
@@ -68,7 +82,32 @@ impl Streams {
             observer: OnceLock::new(),
             reaper: Arc::new(Reaper::default()),
             startup_scanned: tokio::sync::watch::Sender::new(true),
-        })
+            appends_acknowledged: Default::default(),
+        }
+    }
+
+    /// Where each shard is served.
+    pub fn router(&self) -> &ShardRouter {
+        &self.shards
+    }
+
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
+    pub fn appends_acknowledged(&self) -> u64 {
+        self.appends_acknowledged
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Forgets the cached descriptors of the streams of shard `index`: called
+    /// when this server claims it, since another server may have changed
+    /// them while it owned the shard.
+    pub fn forget_shard(&self, index: ShardIndex) {
+        let router = &self.shards;
+        self.registry.forget_where(|project, name| {
+            router.index_of(&strata_engine::stream_id(project, name)) == index
+        });
     }
 
     pub fn reaper(&self) -> Arc<Reaper> {
@@ -121,6 +160,8 @@ impl Streams {
     }
 
     pub(super) fn notify_appended(&self, project: &str, name: &str) {
+        self.appends_acknowledged
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(observer) = self.observer.get() {
             observer.appended(project, name);
         }

@@ -56,6 +56,20 @@ impl JsonObject for Topology {
 /// The CAS codec of Topology objects (the generic JSON codec).
 type TopologyCodec = JsonCodec<Topology>;
 
+/// The store's topology, if it was ever served.
+pub async fn load(store: &Arc<dyn ObjectStore>) -> Result<Option<Topology>, TopologyError> {
+    let cas = CasObject::<TopologyCodec>::new(
+        store.clone(),
+        crate::service::names::topology(),
+        RetryPolicy::default(),
+    );
+    Ok(cas
+        .load()
+        .await
+        .map_err(store_error)?
+        .map(|found| found.value))
+}
+
 /// Records `shards` on first use of the store; afterwards, checks it.
 pub async fn settle(store: &Arc<dyn ObjectStore>, shards: usize) -> Result<(), TopologyError> {
     let cas = CasObject::<TopologyCodec>::new(

@@ -53,7 +53,10 @@ impl Server {
             .expect("server log file");
         let child = Command::new(env!("CARGO_BIN_EXE_strata"))
             .args(&args)
-            .env("RUST_LOG", "warn,strata_engine=info,strata_manifest=debug")
+            .env(
+                "RUST_LOG",
+                "warn,strata_engine=info,strata_manifest=debug,strata_server::service::fleet=info",
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
@@ -98,4 +101,5 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+pub mod fleet;
 pub mod product;

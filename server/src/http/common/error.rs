@@ -11,6 +11,10 @@ use http::header::{HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 
 use super::response::{full, Body};
+
+/// The header that names the instance serving a stream (a client may send
+/// its next requests there).
+pub const REPLAY_TO: &str = "streams-replay-to";
 use crate::service::ServiceError;
 
 /// An error answer: status, stable code, message, and extra headers.
@@ -105,9 +109,10 @@ impl ApiError {
             ServiceError::ProducerEpochSeq | ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServiceError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ServiceError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
-            ServiceError::Unavailable(_) | ServiceError::OutcomeUnknown(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ServiceError::Unavailable(_)
+            | ServiceError::OutcomeUnknown(_)
+            | ServiceError::NotOwner { .. }
+            | ServiceError::Moving => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let message = match e {
@@ -117,7 +122,10 @@ impl ApiError {
             }
             other => other.to_string(),
         };
-        let error = ApiError::new(status, code, message);
+        let mut error = ApiError::new(status, code, message);
+        if let ServiceError::NotOwner { owner } = e {
+            error = error.header(REPLAY_TO, owner);
+        }
         match status {
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
                 error.header("retry-after", "1")

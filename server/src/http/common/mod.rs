@@ -13,10 +13,13 @@ pub mod request;
 pub mod response;
 pub mod state;
 
-pub use error::{ApiError, ApiResult};
+pub use error::{ApiError, ApiResult, REPLAY_TO};
 pub use request::{
     ascii_header, decode_stream_name, producer_headers, read_body, NameError, ProducerHeaders,
     SAFE_INTEGER_MAX,
 };
 pub use response::{common_headers, empty, full, preflight, render, set, with_status, Body};
-pub use state::{AppState, HttpConfig, LiveSlot, WRITES_IN_FLIGHT_MAX};
+pub use state::{
+    AppState, FleetHttp, FleetRouting, HttpConfig, LiveSlot, PeerBody, PeerClient,
+    WRITES_IN_FLIGHT_MAX,
+};

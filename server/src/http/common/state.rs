@@ -42,6 +42,37 @@ pub struct HttpConfig {
 /// free is not started and answers 503 `unavailable` at once.
 pub const WRITES_IN_FLIGHT_MAX: usize = 8192;
 
+/// How a fleet member answers a request for a stream served elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FleetRouting {
+    /// Forward it to the owner (streamed), adding `Streams-Replay-To`.
+    Forward,
+    /// Answer `409 not_stream_owner` with `Streams-Replay-To`.
+    Replay,
+}
+
+/// The body of requests to other fleet members (a forwarded body, or none).
+pub type PeerBody = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
+/// The HTTP client to other fleet members.
+pub type PeerClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    PeerBody,
+>;
+
+/// What the HTTP layer of a fleet member needs.
+pub struct FleetHttp {
+    pub fleet: Arc<crate::service::fleet::Fleet>,
+    pub routing: FleetRouting,
+    pub client: PeerClient,
+}
+
+/// A client for other fleet members (plain HTTP, pooled connections).
+pub fn peer_client() -> PeerClient {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build_http()
+}
+
 /// Everything a request handler can reach.
 pub struct AppState {
     pub streams: Arc<Streams>,
@@ -49,6 +80,8 @@ pub struct AppState {
     pub config: HttpConfig,
     pub live_connections: AtomicUsize,
     write_slots: Arc<Semaphore>,
+    /// Set once on a fleet member (`strata serve --fleet`).
+    pub fleet: std::sync::OnceLock<FleetHttp>,
 }
 
 /// A held slot of the live-connection budget.
@@ -72,6 +105,7 @@ impl AppState {
             config,
             live_connections: AtomicUsize::new(0),
             write_slots: Arc::new(Semaphore::new(WRITES_IN_FLIGHT_MAX)),
+            fleet: std::sync::OnceLock::new(),
         }
     }
 

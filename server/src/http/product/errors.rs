@@ -53,6 +53,8 @@ pub fn service_error(e: ServiceError) -> ApiError {
         ServiceError::Overloaded => "rate_limited",
         ServiceError::Unavailable(_) => "unavailable",
         ServiceError::OutcomeUnknown(_) => "outcome_unknown",
+        ServiceError::NotOwner { .. } => "not_stream_owner",
+        ServiceError::Moving => "unavailable",
         ServiceError::Internal(_) => "internal",
     };
     let mut error = ApiError::from_service(&e, code);

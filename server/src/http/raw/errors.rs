@@ -28,6 +28,8 @@ impl From<ServiceError> for ApiError {
             ServiceError::Overloaded => "overloaded",
             ServiceError::Unavailable(_) => "unavailable",
             ServiceError::OutcomeUnknown(_) => "outcome_unknown",
+            ServiceError::NotOwner { .. } => "not_stream_owner",
+            ServiceError::Moving => "unavailable",
             ServiceError::Internal(_) => "internal",
         };
         let error = ApiError::from_service(&e, code);

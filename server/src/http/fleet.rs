@@ -1,0 +1,319 @@
+//! Fleet routing on the HTTP side (docs/ARCHITECTURE.md, "The fleet"): a
+//! request for a stream whose shard another member serves is forwarded to
+//! it (streamed both ways, original headers, SSE and long-poll included) or,
+//! with `--fleet-routing replay`, answered `409 not_stream_owner`; both carry
+//! `Streams-Replay-To: <owner URL>`. A request during a move waits for the
+//! shard to settle (bounded by the append timeout, at most
+//! [`MOVE_WAIT_MAX`]) and then answers 503 with `Retry-After`.
+//!
+//! A forwarded request carries [`FORWARDED_BY`]; it is never forwarded
+//! again, so a request crosses at most one hop and never loops. A member
+//! that receives one for a shard it does not serve waits for its claim when
+//! it believes the sender owns the shard (a hand-off in flight: the sender
+//! released it to this member), and otherwise answers 503 at once (the two
+//! views disagree; they settle within a beat).
+//!
+//! The reserved `__ds` API (subscriptions, whose wakes and leases are held
+//! in memory) is served by the owner of shard 0, so every member's
+//! `__ds` requests meet one subscription service.
+//!
+//! Also here: the hand-off hint (`POST /v1/fleet/hint`, sent by a member
+//! that just released a shard to its new owner) and its client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Incoming;
+use strata_engine::InstanceId;
+
+use super::common::{
+    empty, ApiError, ApiResult, AppState, Body, FleetHttp, FleetRouting, PeerClient, REPLAY_TO,
+};
+use crate::service::fleet::{controller::BoxFuture, Peers};
+use crate::service::routing::{Location, Owner, ShardIndex, LAPSED};
+use crate::service::ServiceError;
+
+/// The header of a forwarded request: the forwarding member's instance id.
+pub const FORWARDED_BY: &str = "strata-forwarded-by";
+/// The header of a hint: the sending member's instance id.
+pub const HINT_FROM: &str = "strata-fleet-from";
+/// The header of a hint: the shards released, as comma-separated indexes.
+pub const HINT_SHARDS: &str = "strata-fleet-released";
+/// Most shards one hint names.
+const HINT_SHARDS_MAX: usize = 4096;
+/// The path of the hand-off hint.
+pub const HINT_PATH: &str = "/v1/fleet/hint";
+/// Longest a request waits for a moving shard.
+pub const MOVE_WAIT_MAX: Duration = Duration::from_secs(5);
+/// Longest a hint waits for its answer (the receiver claims first).
+const HINT_TIMEOUT: Duration = Duration::from_secs(35);
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never copied across a hop.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// What to do with a request for a stream.
+pub enum Decision {
+    /// Serve it here.
+    Local,
+    /// Send it on to the owner.
+    Forward(Owner),
+    /// Answer it now (replay, or a retryable refusal).
+    Answer(ApiError),
+}
+
+/// Where a request for shard `index` goes (`router.index_of` of a stream's
+/// id; the reserved `__ds` API lives with shard 0).
+pub async fn decide(
+    state: &AppState,
+    fleet: &FleetHttp,
+    index: ShardIndex,
+    headers: &HeaderMap,
+) -> Decision {
+    let router = state.streams.router();
+    let wait = state.config.append_timeout.min(MOVE_WAIT_MAX);
+    let sender = forwarded_by(headers);
+    let forwarded = sender.is_some();
+    let mut location = router.locate_index(index);
+    // A forwarded request for a shard this member believes its sender owns
+    // is, unless this member released it to the sender itself or is
+    // draining, a hand-off in flight toward us (the sender released it and
+    // its hint is on the way): wait for our claim. Otherwise the views
+    // disagree for a moment; answering at once lets the client retry while
+    // they settle (within a beat).
+    let handing_to_us = match (&location, sender) {
+        (Location::Elsewhere(owner), Some(sender)) => {
+            owner.instance == sender && !owner.handed_off_here && !fleet.fleet.draining()
+        }
+        _ => false,
+    };
+    if matches!(location, Location::Moving) || handing_to_us {
+        location = router.settled(index, forwarded, wait).await;
+    }
+    match location {
+        Location::Local(_) => Decision::Local,
+        Location::Moving => {
+            Decision::Answer(ApiError::from_service(&ServiceError::Moving, "unavailable"))
+        }
+        Location::Lapsed => Decision::Answer(ApiError::from_service(
+            &ServiceError::Unavailable(LAPSED.into()),
+            "unavailable",
+        )),
+        Location::Elsewhere(owner) if forwarded => Decision::Answer(ApiError::from_service(
+            &ServiceError::NotOwner { owner: owner.url },
+            "unavailable",
+        )),
+        Location::Elsewhere(owner) => match fleet.routing {
+            FleetRouting::Forward => Decision::Forward(owner),
+            FleetRouting::Replay => Decision::Answer(
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    "not_stream_owner",
+                    "another instance serves this stream: send the request to Streams-Replay-To",
+                )
+                .header(REPLAY_TO, &owner.url),
+            ),
+        },
+    }
+}
+
+/// Forwards `request` to `owner` and streams its answer back, with
+/// `Streams-Replay-To`. An owner that does not answer gets the client a
+/// retryable 503 (nothing was applied, or the owner's answer was lost: the
+/// same as any lost answer, which producers' retries resolve).
+pub async fn forward(state: Arc<AppState>, owner: Owner, request: Request<Incoming>) -> ApiResult {
+    let fleet = state.fleet.get().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "not a fleet member",
+        )
+    })?;
+    let (parts, body) = request.into_parts();
+    let uri = owner_uri(&owner.url, &parts.uri).ok_or_else(|| {
+        ApiError::from_service(
+            &ServiceError::Unavailable(format!("the owner's URL {:?} is not usable", owner.url)),
+            "unavailable",
+        )
+    })?;
+    let mut outbound = Request::builder()
+        .method(parts.method)
+        .uri(uri)
+        .body(body.boxed())
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    // `Host` is kept: answers that name URLs (the `__ds` callback and key
+    // URLs) name the member the client asked.
+    copy_end_to_end(&parts.headers, outbound.headers_mut());
+    if let Ok(me) = HeaderValue::from_str(&fleet.fleet.instance().to_string()) {
+        outbound
+            .headers_mut()
+            .insert(HeaderName::from_static(FORWARDED_BY), me);
+    }
+    // The answer's headers come within the longest wait the owner may take.
+    let bound = state.config.append_timeout + state.config.long_poll_timeout + MOVE_WAIT_MAX;
+    let answer = match tokio::time::timeout(bound, fleet.client.request(outbound)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
+            tracing::warn!(owner = %owner.url, error = %e, "fleet: forwarding failed");
+            return Err(unreachable_owner(&owner));
+        }
+        Err(_) => return Err(unreachable_owner(&owner)),
+    };
+    let (parts, body) = answer.into_parts();
+    let mut response = Response::new(stream_body(body));
+    *response.status_mut() = parts.status;
+    copy_end_to_end(&parts.headers, response.headers_mut());
+    if let Ok(url) = HeaderValue::from_str(&owner.url) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(REPLAY_TO), url);
+    }
+    Ok(response)
+}
+
+fn unreachable_owner(owner: &Owner) -> ApiError {
+    ApiError::from_service(
+        &ServiceError::Unavailable(format!(
+            "the instance serving this stream ({}) did not answer",
+            owner.url
+        )),
+        "unavailable",
+    )
+}
+
+/// The owner's URL with the request's path and query.
+fn owner_uri(owner_url: &str, original: &Uri) -> Option<Uri> {
+    let path_and_query = original.path_and_query().map_or("/", |p| p.as_str());
+    format!("{}{}", owner_url.trim_end_matches('/'), path_and_query)
+        .parse()
+        .ok()
+}
+
+/// Copies every header but the hop-by-hop ones (and those `Connection` names).
+fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
+    let named: Vec<String> = from
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_ascii_lowercase())
+        .collect();
+    for (name, value) in from {
+        let lower = name.as_str();
+        if HOP_BY_HOP.contains(&lower) || named.iter().any(|n| n == lower) {
+            continue;
+        }
+        to.append(name.clone(), value.clone());
+    }
+}
+
+/// The owner's body, passed on frame by frame as it arrives (an SSE stream
+/// stays open as long as the owner keeps it). An error from the owner ends
+/// the body; a body with a length then ends short, which the client's HTTP
+/// library reports as a failed response.
+fn stream_body(body: Incoming) -> Body {
+    let frames = http_body_util::BodyStream::new(body)
+        .take_while(|frame| {
+            if let Err(e) = frame {
+                tracing::debug!(error = %e, "fleet: the owner's body ended with an error");
+            }
+            std::future::ready(frame.is_ok())
+        })
+        .filter_map(|frame| std::future::ready(frame.ok().map(Ok::<_, std::convert::Infallible>)));
+    BodyExt::boxed(StreamBody::new(frames))
+}
+
+/// A hand-off hint as parsed: its sender and the shards it released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hint {
+    pub from: InstanceId,
+    pub shards: Vec<ShardIndex>,
+}
+
+/// `POST /v1/fleet/hint`: another member released shards to this one.
+pub async fn hint(state: Arc<AppState>, hint: Option<Hint>) -> ApiResult {
+    let (Some(fleet), Some(hint)) = (state.fleet.get(), hint) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such route",
+        ));
+    };
+    fleet.fleet.hinted(hint.from, hint.shards).await;
+    let mut answer = Response::new(empty());
+    *answer.status_mut() = StatusCode::NO_CONTENT;
+    Ok(answer)
+}
+
+/// The member that forwarded a request, if one did.
+fn forwarded_by(headers: &HeaderMap) -> Option<InstanceId> {
+    instance_header(headers, FORWARDED_BY)
+}
+
+fn instance_header(headers: &HeaderMap, name: &str) -> Option<InstanceId> {
+    let text = headers.get(name)?.to_str().ok()?;
+    let mut id = [0u8; 16];
+    hex::decode_to_slice(text, &mut id).ok()?;
+    Some(InstanceId(id))
+}
+
+/// Parses a hint (`None`: not one; answered 404 like any unknown route).
+pub fn parse_hint(headers: &HeaderMap) -> Option<Hint> {
+    let from = instance_header(headers, HINT_FROM)?;
+    let shards = match headers.get(HINT_SHARDS) {
+        None => Vec::new(),
+        Some(value) => value
+            .to_str()
+            .ok()?
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .take(HINT_SHARDS_MAX)
+            .map(|s| s.trim().parse().ok().map(ShardIndex))
+            .collect::<Option<Vec<_>>>()?,
+    };
+    Some(Hint { from, shards })
+}
+
+/// Hints over the peers' HTTP client.
+pub struct HttpPeers {
+    pub client: PeerClient,
+}
+
+impl Peers for HttpPeers {
+    fn hint(&self, url: &str, from: InstanceId, shards: Vec<ShardIndex>) -> BoxFuture<()> {
+        let client = self.client.clone();
+        let target = format!("{}{HINT_PATH}", url.trim_end_matches('/'));
+        let shards: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
+        Box::pin(async move {
+            let body = http_body_util::Empty::new()
+                .map_err(|never| match never {})
+                .boxed();
+            let Ok(request) = Request::post(&target)
+                .header(HINT_FROM, from.to_string())
+                .header(HINT_SHARDS, shards.join(","))
+                .body(body)
+            else {
+                return;
+            };
+            match tokio::time::timeout(HINT_TIMEOUT, client.request(request)).await {
+                Ok(Ok(answer)) if answer.status().is_success() => {}
+                Ok(Ok(answer)) => {
+                    tracing::debug!(%target, status = %answer.status(), "fleet: hint refused")
+                }
+                Ok(Err(e)) => tracing::debug!(%target, error = %e, "fleet: hint not delivered"),
+                Err(_) => tracing::debug!(%target, "fleet: hint unanswered"),
+            }
+        })
+    }
+}

@@ -1,0 +1,693 @@
+//! The fleet controller: one task per fleet member that beats, watches the
+//! live set, and claims and releases shards as placement says.
+//!
+//! Every beat (`heartbeat_ms`):
+//!
+//! 1. PUT this member's heartbeat. A PUT that succeeded renews the member's
+//!    own lease to *its start* + `lease_ms` − [`LEASE_MARGIN_MS`]: no other
+//!    member can judge this one dead before then (they need a full lease of
+//!    listings without a change, and this PUT landed after it started), so
+//!    answering from owned shards until then never serves stale data.
+//! 2. LIST `fleet/` and read the heartbeats `membership` asks for.
+//! 3. If the lease lapsed (the store is unreachable), every owned shard is
+//!    stopped and the member claims nothing until a beat succeeds again.
+//! 4. Otherwise, for every shard, compare the placement's owner with the slot:
+//!    claim what is ours (a previous owner that is still live gets
+//!    `handoff_grace_ms` to release it, or less if it says it did), release
+//!    what is not (flush, stop, then tell the new owner), and point the rest
+//!    at their owners.
+//!
+//! Fencing, not this controller, decides ownership: a claim bumps the shard's
+//! epoch and fences the previous owner, whose next write fails. The
+//! controller only makes that rare and polite. Draining (`drain`) marks the
+//! heartbeat `draining` (placement then gives this member nothing while
+//! another serves), releases the shards one at a time, each to its new owner
+//! who is told at once, and finally deletes the heartbeat.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use parking_lot::Mutex;
+use strata_engine::{Clock, EngineError, InstanceId, Shard};
+
+use super::heartbeat::{Heartbeat, Load, MemberState, HEARTBEAT_BYTES_MAX, HEARTBEAT_FORMAT};
+use super::membership::{Member, Membership, Sighting, MEMBERS_MAX};
+use super::placement::{owner_of, Candidate};
+use crate::service::names;
+use crate::service::routing::{Owner, ShardIndex, ShardRouter, Slot};
+use crate::service::Streams;
+
+/// How much earlier than the others could judge it dead a member stops
+/// answering from its shards (clock rate differences, scheduling).
+pub const LEASE_MARGIN_MS: u64 = 1_000;
+/// Longest a shard claim (open and WAL replay) may take before it is given up
+/// for this beat.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a release (flush and stop) may take.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most heartbeats read in one beat.
+const READS_PER_BEAT_MAX: usize = 64;
+
+/// The fleet settings of one member.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub advertise_url: String,
+    pub heartbeat_ms: u64,
+    pub lease_ms: u64,
+    pub weight: u32,
+    /// How often a known member's heartbeat is read again (its load, for
+    /// status; its state changes are also announced by hints).
+    pub refresh_ms: u64,
+    /// How long a claim waits for a live previous owner to release.
+    pub handoff_grace_ms: u64,
+}
+
+impl FleetConfig {
+    pub fn new(advertise_url: String, heartbeat_ms: u64, lease_ms: u64) -> Self {
+        FleetConfig {
+            advertise_url,
+            heartbeat_ms,
+            lease_ms,
+            weight: 1,
+            refresh_ms: 10_000,
+            handoff_grace_ms: heartbeat_ms + 1_000,
+        }
+    }
+}
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Opens (claims) a shard: the engine's `Shard::open` with this server's
+/// environment and settings.
+pub trait ShardOpener: Send + Sync {
+    fn open(&self, index: ShardIndex) -> BoxFuture<Result<Shard, EngineError>>;
+}
+
+/// Tells another member to look at the fleet again now (it re-reads this
+/// member's heartbeat and claims what it should). Best effort: a lost hint
+/// only costs the hand-off grace.
+pub trait Peers: Send + Sync {
+    /// Tells the member at `url` that `from` released `shards` to it.
+    fn hint(&self, url: &str, from: InstanceId, shards: Vec<ShardIndex>) -> BoxFuture<()>;
+}
+
+/// What the controller knows between beats.
+struct View {
+    membership: Membership,
+    state: MemberState,
+    beat: u64,
+    /// Shards members said they released (since the last placement).
+    released: HashMap<InstanceId, HashSet<ShardIndex>>,
+    /// When each shard placed here was first wanted (for the hand-off grace).
+    wanted_since: HashMap<ShardIndex, u64>,
+    store_reachable: bool,
+    last_live: Vec<Member>,
+    /// Append count at the last beat (for the rate in the load vector).
+    appends_at_beat: (u64, u64),
+    stopped: bool,
+}
+
+/// A fleet member's controller; see the module header.
+pub struct Fleet {
+    me: InstanceId,
+    started_ms: u64,
+    config: FleetConfig,
+    store: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    streams: Arc<Streams>,
+    opener: Arc<dyn ShardOpener>,
+    peers: Arc<dyn Peers>,
+    view: Mutex<View>,
+    /// One beat at a time (the loop, hints and the drain share it).
+    beating: tokio::sync::Mutex<()>,
+}
+
+/// One shard's row in [`Fleet::shard_owners`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardOwner {
+    pub shard: ShardIndex,
+    pub owner: Option<InstanceId>,
+    pub here: bool,
+}
+
+impl Fleet {
+    pub fn new(
+        me: InstanceId,
+        config: FleetConfig,
+        store: Arc<dyn ObjectStore>,
+        streams: Arc<Streams>,
+        opener: Arc<dyn ShardOpener>,
+        peers: Arc<dyn Peers>,
+    ) -> Arc<Fleet> {
+        let clock = streams.clock();
+        let now_ms = clock.now_ms();
+        Arc::new(Fleet {
+            me,
+            started_ms: now_ms,
+            view: Mutex::new(View {
+                membership: Membership::new(config.lease_ms, config.refresh_ms),
+                state: MemberState::Serving,
+                beat: 0,
+                released: HashMap::new(),
+                wanted_since: HashMap::new(),
+                store_reachable: true,
+                last_live: Vec::new(),
+                appends_at_beat: (now_ms, 0),
+                stopped: false,
+            }),
+            config,
+            store,
+            clock,
+            streams,
+            opener,
+            peers,
+            beating: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn instance(&self) -> InstanceId {
+        self.me
+    }
+
+    /// Whether this member is draining (it claims nothing more).
+    pub fn draining(&self) -> bool {
+        self.view.lock().state == MemberState::Draining
+    }
+
+    fn router(&self) -> &ShardRouter {
+        self.streams.router()
+    }
+
+    /// Beats every `heartbeat_ms` until [`Fleet::drain`] or [`Fleet::stop`].
+    pub async fn run(self: Arc<Self>) {
+        let mut ticks = tokio::time::interval(Duration::from_millis(self.config.heartbeat_ms));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if self.view.lock().stopped {
+                return;
+            }
+            self.beat().await;
+        }
+    }
+
+    /// A hint from member `from` that it released `shards`: read its
+    /// heartbeat again and beat now (answered once this member has claimed
+    /// what it should). A hint from a member the last listing did not show is
+    /// ignored (hints cost a beat; only members may ask for one).
+    pub async fn hinted(&self, from: InstanceId, shards: Vec<ShardIndex>) {
+        {
+            let mut view = self.view.lock();
+            if !view.membership.knows(&from) {
+                return;
+            }
+            view.membership.reread(&from);
+            view.released.entry(from).or_default().extend(shards);
+        }
+        self.beat().await;
+    }
+
+    /// One beat; see the module header.
+    pub async fn beat(&self) {
+        let hints = self.beat_releasing(usize::MAX).await;
+        self.send_hints(hints).await;
+    }
+
+    /// One beat that releases at most `releases_max` shards; answers the
+    /// members to hint (sent by the caller, outside the beat, so that two
+    /// members handing shards to each other never wait on each other).
+    async fn beat_releasing(&self, releases_max: usize) -> Vec<(ShardIndex, Owner)> {
+        let _one = self.beating.lock().await;
+        if self.view.lock().stopped {
+            return Vec::new();
+        }
+        let started_ms = self.clock.now_ms();
+        let wrote = self.write_heartbeat().await;
+        if wrote {
+            self.router()
+                .renew_lease(started_ms + self.config.lease_ms.saturating_sub(LEASE_MARGIN_MS));
+        }
+        let listed = self.refresh_membership().await;
+        self.note_reachability(wrote && listed);
+        if !self.router().leased() {
+            self.release_all("this instance's lease lapsed (store unreachable)")
+                .await;
+            return Vec::new();
+        }
+        if wrote && listed {
+            self.place(releases_max).await
+        } else {
+            Vec::new()
+        }
+    }
+
+    async fn send_hints(&self, hints: Vec<(ShardIndex, Owner)>) {
+        let mut by_owner: HashMap<InstanceId, (String, Vec<ShardIndex>)> = HashMap::new();
+        for (shard, owner) in hints {
+            by_owner
+                .entry(owner.instance)
+                .or_insert_with(|| (owner.url.clone(), Vec::new()))
+                .1
+                .push(shard);
+        }
+        for (_, (url, shards)) in by_owner {
+            self.peers.hint(&url, self.me, shards).await;
+        }
+    }
+
+    fn note_reachability(&self, reachable: bool) {
+        let mut view = self.view.lock();
+        if view.store_reachable != reachable {
+            if reachable {
+                tracing::info!("fleet: the store is reachable again; claiming shards");
+            } else {
+                tracing::warn!(
+                    "fleet: cannot reach the store; not claiming shards until it answers"
+                );
+            }
+            view.store_reachable = reachable;
+        }
+    }
+
+    fn heartbeat(&self) -> Heartbeat {
+        let now_ms = self.clock.now_ms();
+        let owned = self.router().owned();
+        let queue_depth = owned.iter().map(|(_, s)| s.queued() as u64).sum();
+        let appends = self.streams.appends_acknowledged();
+        let mut view = self.view.lock();
+        view.beat += 1;
+        let (then_ms, then_appends) = view.appends_at_beat;
+        let elapsed_ms = now_ms.saturating_sub(then_ms).max(1);
+        let append_rate = appends.saturating_sub(then_appends) * 1000 / elapsed_ms;
+        view.appends_at_beat = (now_ms, appends);
+        Heartbeat {
+            format: HEARTBEAT_FORMAT,
+            instance: self.me.to_string(),
+            url: self.config.advertise_url.clone(),
+            started_ms: self.started_ms,
+            beat: view.beat,
+            written_ms: now_ms,
+            state: view.state,
+            weight: self.config.weight,
+            load: Load {
+                shards_owned: owned.len() as u32,
+                append_rate,
+                queue_depth,
+            },
+        }
+    }
+
+    async fn write_heartbeat(&self) -> bool {
+        let payload = PutPayload::from_bytes(self.heartbeat().encode());
+        let path = names::fleet_heartbeat(&self.me);
+        let bound = Duration::from_millis(self.config.lease_ms / 2);
+        match tokio::time::timeout(bound, self.store.put(&path, payload)).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "fleet: heartbeat write failed");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    bound_ms = bound.as_millis() as u64,
+                    "fleet: heartbeat write timed out"
+                );
+                false
+            }
+        }
+    }
+
+    /// Lists `fleet/` and reads the heartbeats due; false when the listing
+    /// failed (the view is then left as it was).
+    async fn refresh_membership(&self) -> bool {
+        let bound = Duration::from_millis(self.config.lease_ms / 2);
+        let listing = match tokio::time::timeout(bound, list_heartbeats(&self.store)).await {
+            Ok(Ok(listing)) => listing,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "fleet: listing the members failed");
+                return false;
+            }
+            Err(_) => {
+                tracing::warn!("fleet: listing the members timed out");
+                return false;
+            }
+        };
+        let others: Vec<Sighting> = listing
+            .into_iter()
+            .filter(|s| s.instance != self.me)
+            .collect();
+        let due = self
+            .view
+            .lock()
+            .membership
+            .observe(self.clock.now_ms(), &others);
+        for instance in due.into_iter().take(READS_PER_BEAT_MAX) {
+            let heartbeat = match tokio::time::timeout(
+                bound,
+                read_heartbeat(&self.store, &instance),
+            )
+            .await
+            {
+                Ok(Ok(hb)) => hb,
+                Ok(Err(e)) => {
+                    tracing::warn!(%instance, error = %e, "fleet: a member's heartbeat is unreadable");
+                    None
+                }
+                Err(_) => continue,
+            };
+            self.view
+                .lock()
+                .membership
+                .read(instance, heartbeat, self.clock.now_ms());
+        }
+        true
+    }
+
+    /// The live set as placement sees it: the others this member knows, and
+    /// itself.
+    fn live(&self) -> Vec<Member> {
+        let now_ms = self.clock.now_ms();
+        let heartbeat = self.heartbeat_preview();
+        let mut view = self.view.lock();
+        let mut live = view.membership.live(now_ms);
+        live.push(Member {
+            instance: self.me,
+            url: self.config.advertise_url.clone(),
+            weight: self.config.weight,
+            state: view.state,
+            age_ms: 0,
+            heartbeat,
+        });
+        live.sort_by_key(|m| m.instance.0);
+        view.last_live = live.clone();
+        live
+    }
+
+    fn heartbeat_preview(&self) -> Heartbeat {
+        let view = self.view.lock();
+        Heartbeat {
+            format: HEARTBEAT_FORMAT,
+            instance: self.me.to_string(),
+            url: self.config.advertise_url.clone(),
+            started_ms: self.started_ms,
+            beat: view.beat,
+            written_ms: self.clock.now_ms(),
+            state: view.state,
+            weight: self.config.weight,
+            load: Load::default(),
+        }
+    }
+
+    /// Claims, releases (at most `releases_max`) and points every shard as
+    /// placement says; answers the new owners of released shards.
+    async fn place(&self, releases_max: usize) -> Vec<(ShardIndex, Owner)> {
+        let mut hints = Vec::new();
+        let live = self.live();
+        let candidates: Vec<Candidate> = live.iter().map(Member::candidate).collect();
+        let as_serving: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| c.instance != self.me)
+            .map(|c| Candidate {
+                state: MemberState::Serving,
+                ..c.clone()
+            })
+            .collect();
+        let released = std::mem::take(&mut self.view.lock().released);
+        let live_ids: HashSet<InstanceId> = live.iter().map(|m| m.instance).collect();
+        let url_of: HashMap<InstanceId, String> =
+            live.iter().map(|m| (m.instance, m.url.clone())).collect();
+        for shard in 0..self.router().count() {
+            let index = ShardIndex(shard);
+            let owner = owner_of(shard, &candidates);
+            match owner {
+                Some(owner) if owner == self.me => {
+                    // Who had it: as this member last pointed it, or else as
+                    // placement would give it without this member (draining
+                    // members counted: a member hands off what it had).
+                    let previous = match self.router().slot(index) {
+                        Slot::Elsewhere(owner) => Some(owner.instance),
+                        Slot::Owned(_) | Slot::Unowned => owner_of(shard, &as_serving),
+                    };
+                    self.keep_or_claim(index, previous, &live_ids, &released)
+                        .await;
+                }
+                Some(owner) => {
+                    self.view.lock().wanted_since.remove(&index);
+                    let to = Owner {
+                        instance: owner,
+                        url: url_of.get(&owner).cloned().unwrap_or_default(),
+                        handed_off_here: false,
+                    };
+                    let owned_here = matches!(self.router().slot(index), Slot::Owned(_));
+                    if owned_here && hints.len() >= releases_max {
+                        continue;
+                    }
+                    if self.release_to(index, to.clone()).await {
+                        hints.push((index, to));
+                    }
+                }
+                None => {
+                    if !matches!(self.router().slot(index), Slot::Owned(_) | Slot::Unowned) {
+                        self.router().place(index, Slot::Unowned);
+                    }
+                }
+            }
+        }
+        hints
+    }
+
+    async fn keep_or_claim(
+        &self,
+        index: ShardIndex,
+        previous: Option<InstanceId>,
+        live: &HashSet<InstanceId>,
+        released: &HashMap<InstanceId, HashSet<ShardIndex>>,
+    ) {
+        if let Slot::Owned(shard) = self.router().slot(index) {
+            if matches!(
+                shard.status(),
+                strata_engine::ShardStatus::Active | strata_engine::ShardStatus::Recovering
+            ) {
+                return;
+            }
+            tracing::warn!(shard = index.0, status = ?shard.status(), "fleet: an owned shard stopped (fenced?); claiming it again");
+            self.router().place(index, Slot::Unowned);
+        }
+        let now_ms = self.clock.now_ms();
+        let since = *self.view.lock().wanted_since.entry(index).or_insert(now_ms);
+        // A previous owner that is dead has nothing to hand off; a live one
+        // gets the grace to release it, or less if it says it did.
+        let polite = match previous {
+            None => true,
+            Some(p) => {
+                !live.contains(&p)
+                    || released
+                        .get(&p)
+                        .is_some_and(|shards| shards.contains(&index))
+                    || now_ms.saturating_sub(since) >= self.config.handoff_grace_ms
+            }
+        };
+        if polite {
+            self.claim(index).await;
+        }
+    }
+
+    async fn claim(&self, index: ShardIndex) {
+        self.router().place(index, Slot::Unowned);
+        match tokio::time::timeout(CLAIM_TIMEOUT, self.opener.open(index)).await {
+            Ok(Ok(shard)) => {
+                let report = shard.last_recovery();
+                self.streams.forget_shard(index);
+                self.router().place(index, Slot::Owned(shard));
+                self.view.lock().wanted_since.remove(&index);
+                tracing::info!(
+                    shard = index.0,
+                    epoch = report.epoch,
+                    wal_objects = report.wal_objects_applied,
+                    streams = report.streams,
+                    "fleet: shard claimed"
+                );
+                let streams = self.streams.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = streams.schedule_shard_expiries(index).await {
+                        tracing::warn!(shard = index.0, error = %e, "fleet: could not load the claimed shard's expiry deadlines; its streams expire on access");
+                    }
+                });
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(shard = index.0, error = %e, "fleet: claiming a shard failed; trying again next beat")
+            }
+            Err(_) => tracing::warn!(
+                shard = index.0,
+                "fleet: claiming a shard timed out; trying again next beat"
+            ),
+        }
+    }
+
+    /// Points shard `index` at `to`; if it was owned here, flushes and stops
+    /// it first and answers true (the new owner is to be told).
+    async fn release_to(&self, index: ShardIndex, to: Owner) -> bool {
+        let current = self.router().slot(index);
+        let instance = to.instance;
+        match current {
+            Slot::Elsewhere(current)
+                if current.instance == to.instance && current.url == to.url =>
+            {
+                return false;
+            }
+            Slot::Owned(_) => {}
+            Slot::Elsewhere(_) | Slot::Unowned => {
+                self.router().place(index, Slot::Elsewhere(to));
+                return false;
+            }
+        }
+        let handed = Owner {
+            handed_off_here: true,
+            ..to
+        };
+        let previous = self.router().place(index, Slot::Elsewhere(handed));
+        match previous {
+            Slot::Owned(shard) => {
+                stop_shard(index, &shard).await;
+                tracing::info!(shard = index.0, to = %instance, "fleet: shard handed off");
+                true
+            }
+            _ => false,
+        }
+    }
+
+    async fn release_all(&self, why: &str) {
+        for (index, shard) in self.router().owned() {
+            self.router().place(index, Slot::Unowned);
+            tracing::warn!(shard = index.0, why, "fleet: shard released");
+            stop_shard(index, &shard).await;
+        }
+    }
+
+    /// Marks this member draining and hands its shards off one at a time:
+    /// each is flushed and stopped, then its new owner is told and claims it
+    /// before the next one goes. With no other serving member, the shards
+    /// stay until [`Fleet::stop`] (which flushes them). Bounded: at most one
+    /// beat per shard, plus one.
+    pub async fn drain(&self) {
+        self.view.lock().state = MemberState::Draining;
+        tracing::info!("fleet: draining: handing shards off");
+        for _ in 0..=self.router().count() {
+            let hints = self.beat_releasing(1).await;
+            if hints.is_empty() {
+                break;
+            }
+            self.send_hints(hints).await;
+        }
+        let remaining = self.router().owned().len();
+        if remaining > 0 {
+            tracing::info!(
+                remaining,
+                "fleet: no serving member took the remaining shards; they stop with this instance"
+            );
+        }
+    }
+
+    /// Stops beating, stops the shards still owned and deletes the heartbeat
+    /// (the others see the departure on their next listing).
+    pub async fn stop(&self) {
+        let _one = self.beating.lock().await;
+        self.view.lock().stopped = true;
+        for (index, shard) in self.router().owned() {
+            self.router().place(index, Slot::Unowned);
+            stop_shard(index, &shard).await;
+        }
+        let path = names::fleet_heartbeat(&self.me);
+        if let Err(e) = self.store.delete(&path).await {
+            tracing::warn!(error = %e, "fleet: deleting the heartbeat failed; it expires after the lease");
+        }
+    }
+
+    /// The live set as the last placement saw it.
+    pub fn members(&self) -> Vec<Member> {
+        self.view.lock().last_live.clone()
+    }
+
+    /// Each shard's owner by the last placement.
+    pub fn shard_owners(&self) -> Vec<ShardOwner> {
+        let candidates: Vec<Candidate> = self.members().iter().map(Member::candidate).collect();
+        (0..self.router().count())
+            .map(|shard| {
+                let owner = owner_of(shard, &candidates);
+                ShardOwner {
+                    shard: ShardIndex(shard),
+                    owner,
+                    here: matches!(self.router().slot(ShardIndex(shard)), Slot::Owned(_)),
+                }
+            })
+            .collect()
+    }
+}
+
+async fn stop_shard(index: ShardIndex, shard: &Shard) {
+    if tokio::time::timeout(RELEASE_TIMEOUT, shard.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            shard = index.0,
+            "fleet: stopping a shard timed out; abandoning it (its next owner fences it)"
+        );
+        shard.crash();
+    }
+}
+
+/// The heartbeat objects under `fleet/` (at most [`MEMBERS_MAX`]).
+pub async fn list_heartbeats(
+    store: &Arc<dyn ObjectStore>,
+) -> Result<Vec<Sighting>, object_store::Error> {
+    let prefix = names::fleet_prefix();
+    let mut listing = store.list(Some(&prefix));
+    let mut out = Vec::new();
+    while let Some(meta) = listing.next().await {
+        let meta = meta?;
+        if let Some(instance) = names::fleet_instance_of(&meta.location) {
+            out.push(Sighting {
+                instance,
+                modified_ms: meta.last_modified.timestamp_millis().max(0) as u64,
+                e_tag: meta.e_tag,
+                size: meta.size,
+            });
+        }
+        if out.len() >= MEMBERS_MAX {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Reads and checks `instance`'s heartbeat (`None`: gone or invalid).
+pub async fn read_heartbeat(
+    store: &Arc<dyn ObjectStore>,
+    instance: &InstanceId,
+) -> Result<Option<Heartbeat>, object_store::Error> {
+    let path: Path = names::fleet_heartbeat(instance);
+    let got = match store.get(&path).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if got.meta.size > HEARTBEAT_BYTES_MAX {
+        tracing::warn!(%instance, bytes = got.meta.size, "fleet: heartbeat too large; ignored");
+        return Ok(None);
+    }
+    let bytes = got.bytes().await?;
+    match Heartbeat::decode(instance, &bytes) {
+        Ok(hb) => Ok(Some(hb)),
+        Err(e) => {
+            tracing::warn!(%instance, error = %e, "fleet: heartbeat invalid; ignored");
+            Ok(None)
+        }
+    }
+}

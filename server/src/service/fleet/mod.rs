@@ -1,0 +1,41 @@
+//! The fleet: many stateless servers on one bucket (docs/ARCHITECTURE.md,
+//! "The fleet"). Members announce themselves by heartbeat objects
+//! (`heartbeat`), each judges liveness by its own clock (`membership`), every
+//! shard's owner is derived from the live set (`placement`), and one task per
+//! member claims and releases shards to match (`controller`). The object
+//! store is the only coordination substrate; fencing stays the only arbiter
+//! of ownership. This module speaks no HTTP: forwarding and hints are the
+//! HTTP layer's (`http::forward`).
+
+pub mod controller;
+pub mod heartbeat;
+pub mod membership;
+pub mod placement;
+pub mod status;
+
+pub use controller::{Fleet, FleetConfig, Peers, ShardOpener, ShardOwner};
+pub use heartbeat::{Heartbeat, MemberState};
+pub use membership::Member;
+
+use strata_engine::{EngineEnv, EngineError, InstanceId, Shard, ShardConfig};
+
+use crate::service::routing::ShardIndex;
+
+/// Opens shards with the engine, as this server is configured.
+pub struct EngineOpener {
+    pub env: EngineEnv,
+    pub instance: InstanceId,
+    pub config: ShardConfig,
+}
+
+impl ShardOpener for EngineOpener {
+    fn open(&self, index: ShardIndex) -> controller::BoxFuture<Result<Shard, EngineError>> {
+        let (env, instance, config) = (self.env.clone(), self.instance, self.config.clone());
+        Box::pin(async move {
+            let name = index.shard_name().map_err(|e| EngineError::Unavailable {
+                reason: e.to_string(),
+            })?;
+            Shard::open(env, name, instance, config).await
+        })
+    }
+}

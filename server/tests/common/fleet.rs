@@ -1,0 +1,173 @@
+//! Load for fleet tests: exactly-once producers that append through every
+//! member in turn (moving on when one does not answer), and the check that
+//! every stream holds exactly what its producer had acknowledged, the same
+//! through every member.
+#![allow(dead_code, clippy::disallowed_methods)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::client;
+
+/// What a producer saw.
+#[derive(Default)]
+pub struct Tally {
+    /// Sequence numbers acknowledged, in order (0, 1, 2, …).
+    pub acked: u64,
+    /// The longest time between two acknowledgements, and when it ended.
+    pub gap_max: Duration,
+    pub gap_end: Option<Instant>,
+    /// Answers that are neither a success nor retryable.
+    pub fatal: Vec<String>,
+    pub retried: u64,
+}
+
+/// One exactly-once producer on its own stream, appending through every
+/// member in turn until `stop`; a retryable failure sends the same sequence
+/// number again through the next member.
+pub async fn produce(
+    bases: Vec<String>,
+    stream: String,
+    tally: Arc<Mutex<Tally>>,
+    stop: Arc<AtomicBool>,
+) {
+    let client = client();
+    let mut seq = 0u64;
+    let mut turn = 0usize;
+    let mut last_ack = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        let base = &bases[turn % bases.len()];
+        turn += 1;
+        let answer = client
+            .post(format!("{base}/v1/stream/{stream}"))
+            .header("content-type", "application/json")
+            .header("producer-id", &stream)
+            .header("producer-epoch", "0")
+            .header("producer-seq", seq.to_string())
+            .body(format!("\"{stream}-{seq}\""))
+            .timeout(Duration::from_secs(15))
+            .send()
+            .await;
+        let retryable = match answer {
+            Ok(r) if r.status().is_success() => {
+                let mut t = tally.lock();
+                t.acked = seq + 1;
+                if last_ack.elapsed() > t.gap_max {
+                    t.gap_max = last_ack.elapsed();
+                    t.gap_end = Some(Instant::now());
+                }
+                last_ack = Instant::now();
+                seq += 1;
+                continue;
+            }
+            Ok(r) if matches!(r.status().as_u16(), 429 | 503) => true,
+            Ok(r) => {
+                let status = r.status();
+                let body = r.text().await.unwrap_or_default();
+                tally
+                    .lock()
+                    .fatal
+                    .push(format!("{stream} seq {seq} via {base}: {status} {body}"));
+                return;
+            }
+            // The member is down or was cut off mid-request.
+            Err(_) => true,
+        };
+        if retryable {
+            tally.lock().retried += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Every record of a stream, read through `base`.
+pub async fn read_all(client: &reqwest::Client, base: &str, stream: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut offset = "-1".to_string();
+    for _ in 0..10_000 {
+        let response = client
+            .get(format!("{base}/v1/stream/{stream}?offset={offset}"))
+            .send()
+            .await
+            .expect("read");
+        // Ownership may still be settling after the last restart.
+        if response.status() == 503 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        assert_eq!(response.status(), 200, "read {stream} via {base}");
+        let up_to_date = response.headers().contains_key("stream-up-to-date");
+        let next = response.headers()["stream-next-offset"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let values: Vec<String> =
+            serde_json::from_slice(&response.bytes().await.unwrap()).expect("json array");
+        out.extend(values);
+        if up_to_date || next == offset {
+            return out;
+        }
+        offset = next;
+    }
+    panic!("reading {stream} did not end");
+}
+
+/// Waits until every producer had `more` appends acknowledged (bounded):
+/// the shards of all of them are served again.
+pub async fn progress(more: u64, tallies: &[Arc<Mutex<Tally>>]) {
+    let targets: Vec<u64> = tallies.iter().map(|t| t.lock().acked + more).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let fatal: Vec<String> = tallies
+            .iter()
+            .flat_map(|t| t.lock().fatal.clone())
+            .collect();
+        assert!(fatal.is_empty(), "non-retryable answers: {fatal:?}");
+        if tallies
+            .iter()
+            .zip(&targets)
+            .all(|(t, target)| t.lock().acked >= *target)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the fleet made no progress");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Checks every producer's stream through every member: exactly the
+/// acknowledged records, in order, and at most one more (the last append
+/// sent may have landed without its answer). Answers the longest pause.
+pub async fn check_streams(tallies: &[Arc<Mutex<Tally>>], bases: &[String]) -> Duration {
+    let client = client();
+    let mut gap_max = Duration::ZERO;
+    for (p, tally) in tallies.iter().enumerate() {
+        let (acked, fatal, pause) = {
+            let t = tally.lock();
+            (t.acked, t.fatal.clone(), t.gap_max)
+        };
+        assert!(fatal.is_empty(), "producer {p}: {fatal:?}");
+        gap_max = gap_max.max(pause);
+        let stream = format!("fleet-{p}");
+        let expected: Vec<String> = (0..acked).map(|s| format!("{stream}-{s}")).collect();
+        for base in bases {
+            let records = read_all(&client, base, &stream).await;
+            // The last append sent may have landed without its answer.
+            let exact = records == expected;
+            let one_more = records.len() == expected.len() + 1
+                && records[..expected.len()] == expected[..]
+                && records[expected.len()] == format!("{stream}-{acked}");
+            assert!(
+                exact || one_more,
+                "{stream} via {base}: {} records, {} acknowledged; first difference at {:?}",
+                records.len(),
+                expected.len(),
+                records.iter().zip(&expected).position(|(a, b)| a != b)
+            );
+        }
+    }
+    gap_max
+}

@@ -1,0 +1,218 @@
+//! A fleet of three `strata serve --fleet` processes on one store, under
+//! load: producers append through all three (rotating, and moving to another
+//! member when one does not answer) while members are killed with SIGKILL,
+//! restarted, drained with SIGTERM, and restarted one after another. Then
+//! every acknowledged record is present exactly once and in order per
+//! producer, the same from every member, and no request got an error other
+//! than a retryable one. Runs on the local-directory store, and on a real
+//! S3-compatible server when scripts/test provides one (feature s3-tests).
+//!
+//! The heartbeat and lease are shorter than the defaults (500 ms, 2 s) so
+//! that the test spends seconds, not minutes, waiting for failovers.
+
+// Failover gaps are measured in real time.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::fleet::{check_streams, produce, progress, Tally};
+use common::{client, free_port, Server};
+use parking_lot::Mutex;
+
+const MEMBERS: usize = 3;
+const PRODUCERS: usize = 8;
+const SHARDS: &str = "6";
+const HEARTBEAT_MS: &str = "500";
+const LEASE_MS: u64 = 2_000;
+/// Longest a producer may go without an acknowledgement while the fleet
+/// works (a failover takes about one lease; the rest is slack for a loaded
+/// 2-core machine).
+const GAP_MAX: Duration = Duration::from_secs(12);
+
+struct Fleet {
+    store: String,
+    ports: Vec<u16>,
+    members: Vec<Option<Server>>,
+    extra: Vec<String>,
+}
+
+impl Fleet {
+    async fn start(store: &str, extra: &[&str]) -> Fleet {
+        let ports: Vec<u16> = (0..MEMBERS).map(|_| free_port()).collect();
+        let mut fleet = Fleet {
+            store: store.to_string(),
+            ports,
+            members: (0..MEMBERS).map(|_| None).collect(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for i in 0..MEMBERS {
+            fleet.restart(i).await;
+        }
+        fleet
+    }
+
+    fn base(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    async fn restart(&mut self, i: usize) {
+        let url = self.base(i);
+        let mut args: Vec<&str> = vec![
+            "--fleet",
+            "--advertise-url",
+            &url,
+            "--shards",
+            SHARDS,
+            "--heartbeat-ms",
+            HEARTBEAT_MS,
+            "--fleet-lease-ms",
+            "2000",
+            "--cache-bytes",
+            "0",
+        ];
+        args.extend(self.extra.iter().map(String::as_str));
+        self.members[i] = Some(Server::start(&self.store, self.ports[i], &args).await);
+    }
+
+    fn kill_9(&mut self, i: usize) {
+        if let Some(member) = self.members[i].take() {
+            member.kill_9();
+        }
+    }
+
+    /// SIGTERM, then waits (bounded) for the process to hand off and exit.
+    async fn terminate(&mut self, i: usize) {
+        let Some(mut member) = self.members[i].take() else {
+            return;
+        };
+        let pid = member.child.id() as i32;
+        // SAFETY: signalling a child process this test owns.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = member.child.try_wait().expect("wait") {
+                assert!(status.success(), "member {i} exited with {status}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "member {i} did not exit after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn fleet_under_load(store: &str, extra: &[&str]) {
+    let mut fleet = Fleet::start(store, extra).await;
+    let bases: Vec<String> = (0..MEMBERS).map(|i| fleet.base(i)).collect();
+    let client = client();
+    for p in 0..PRODUCERS {
+        let r = client
+            .put(format!("{}/v1/stream/fleet-{p}", bases[p % MEMBERS]))
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "create: {}", r.status());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let tallies: Vec<Arc<Mutex<Tally>>> = (0..PRODUCERS).map(|_| Arc::default()).collect();
+    let tasks: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            tokio::spawn(produce(
+                bases.clone(),
+                format!("fleet-{p}"),
+                tallies[p].clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    progress(25, &tallies).await;
+    let started = Instant::now();
+    let mut phases: Vec<(String, Duration)> = Vec::new();
+    let mut mark = |what: &str| phases.push((what.to_string(), started.elapsed()));
+
+    // kill -9 of one member: its shards fail over to the two others.
+    let killed_at = Instant::now();
+    fleet.kill_9(0);
+    mark("kill_9(0)");
+    progress(25, &tallies).await;
+    let after_kill = killed_at.elapsed();
+    fleet.restart(0).await;
+    mark("restart(0)");
+    progress(25, &tallies).await;
+
+    // SIGTERM of another: it hands its shards off while serving.
+    fleet.terminate(1).await;
+    mark("terminate(1)");
+    progress(25, &tallies).await;
+    fleet.restart(1).await;
+    mark("restart(1)");
+    progress(25, &tallies).await;
+
+    // A rolling restart of all three.
+    for i in 0..MEMBERS {
+        fleet.terminate(i).await;
+        mark(&format!("terminate({i})"));
+        fleet.restart(i).await;
+        mark(&format!("restart({i})"));
+        progress(12, &tallies).await;
+    }
+
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let gap_max = check_streams(&tallies, &bases).await;
+    let retried: u64 = tallies.iter().map(|t| t.lock().retried).sum();
+    let acked: u64 = tallies.iter().map(|t| t.lock().acked).sum();
+    eprintln!(
+        "fleet: {acked} appends acknowledged, {retried} retried; every producer had 25 more \
+         acknowledged {} ms after kill -9; \
+         longest pause of a producer {} ms (lease {LEASE_MS} ms)",
+        after_kill.as_millis(),
+        gap_max.as_millis()
+    );
+    eprintln!("fleet: phases {phases:?}");
+    for (p, tally) in tallies.iter().enumerate() {
+        let t = tally.lock();
+        eprintln!(
+            "fleet: producer {p}: longest pause {} ms, ended at {:?}",
+            t.gap_max.as_millis(),
+            t.gap_end.map(|e| e.saturating_duration_since(started))
+        );
+    }
+    assert!(gap_max <= GAP_MAX, "a producer waited {gap_max:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_loses_nothing_through_kills_drains_and_a_rolling_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet_under_load(dir.path().to_str().unwrap(), &[]).await;
+}
+
+#[cfg(feature = "s3-tests")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_s3_loses_nothing_through_kills_drains_and_a_rolling_restart() {
+    let endpoint = std::env::var("STRATA_TEST_S3_ENDPOINT").expect("scripts/test starts moto");
+    let bucket = std::env::var("STRATA_TEST_S3_BUCKET").expect("STRATA_TEST_S3_BUCKET");
+    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
+    let prefix = format!("fleet-{}", std::process::id());
+    fleet_under_load(
+        &format!("s3://{bucket}/{prefix}"),
+        &[
+            "--s3-endpoint",
+            &endpoint,
+            "--s3-region",
+            "us-east-1",
+            "--s3-allow-http",
+        ],
+    )
+    .await;
+}

@@ -1,0 +1,222 @@
+//! Two fleet members that disagree about the live set, in process: both
+//! serve one in-memory store, and member A's heartbeat writes can be held
+//! back. Held past the lease, A's own lease lapses first (it stops answering
+//! from its shards and releases them), then B judges A dead and claims
+//! everything; released, A is seen again and placement gives it shards back.
+//! Producers append through both members all along: no acknowledged append
+//! is lost, none is applied twice, and no answer is other than a success or
+//! a retryable refusal.
+
+// Waits for ownership to settle are bounded in real time.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use clap::Parser;
+use common::fleet::{check_streams, produce, progress, Tally};
+use common::DEV_KEY;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+use parking_lot::Mutex;
+use strata_engine::store::{Layered, StoreLayer, StoreOp};
+use strata_server::cli::serve::{ServeArgs, Server};
+use strata_server::http::AppState;
+
+const PRODUCERS: usize = 4;
+/// Enough shards that each of two members owns some (placement gives one
+/// member all 16 with probability 2 / 2^16).
+const SHARDS: &str = "16";
+const SHARD_COUNT: usize = 16;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Holds back PUTs under `fleet/` while closed.
+#[derive(Debug)]
+struct HeartbeatGate {
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for HeartbeatGate {
+    fn default() -> Self {
+        HeartbeatGate {
+            open: tokio::sync::watch::Sender::new(true),
+        }
+    }
+}
+
+#[async_trait]
+impl StoreLayer for HeartbeatGate {
+    async fn before(&self, op: StoreOp, location: Option<&Path>) -> object_store::Result<()> {
+        let heartbeat =
+            op == StoreOp::Put && location.is_some_and(|l| l.as_ref().starts_with("fleet/"));
+        if heartbeat {
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|open| *open).await;
+        }
+        Ok(())
+    }
+}
+
+struct Member {
+    base: String,
+    state: Arc<AppState>,
+    gate: Arc<Layered<HeartbeatGate>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Member {
+    async fn start(shared: Arc<dyn ObjectStore>) -> Member {
+        let _ = common::client(); // installs the TLS crypto provider
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let cli = Cli::parse_from([
+            "strata",
+            "--listen",
+            "127.0.0.1:0",
+            "--fleet",
+            "--advertise-url",
+            &base,
+            "--shards",
+            SHARDS,
+            "--heartbeat-ms",
+            "200",
+            "--fleet-lease-ms",
+            "1500",
+            "--long-poll-timeout-ms",
+            "500",
+            "--cache-bytes",
+            "0",
+            "--dev-default-key",
+            DEV_KEY,
+        ]);
+        let gate = Arc::new(Layered::new(shared, HeartbeatGate::default()));
+        let store: Arc<dyn ObjectStore> = gate.clone();
+        let server = Server::open(&cli.serve, store, listener)
+            .await
+            .expect("the member opens");
+        let state = server.state().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("the member runs");
+        });
+        Member {
+            base,
+            state,
+            gate,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    fn owned(&self) -> usize {
+        self.state.streams.router().owned().len()
+    }
+
+    fn hold_heartbeats(&self, held: bool) {
+        self.gate.layer().open.send_replace(!held);
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap();
+        }
+    }
+}
+
+/// Waits (at most 30 s) until `condition` holds.
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_heartbeat_moves_shards_away_and_back_without_loss_or_duplicates() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        ))
+        .with_test_writer()
+        .try_init();
+    let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = Member::start(shared.clone()).await;
+    let b = Member::start(shared.clone()).await;
+    let bases = vec![a.base.clone(), b.base.clone()];
+    until("both members own shards", || {
+        a.owned() > 0 && b.owned() > 0 && a.owned() + b.owned() == SHARD_COUNT
+    })
+    .await;
+    assert_eq!(a.owned() + b.owned(), SHARD_COUNT);
+
+    let client = common::client();
+    for p in 0..PRODUCERS {
+        let r = client
+            .put(format!("{}/v1/stream/fleet-{p}", bases[p % 2]))
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "create: {}", r.status());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let tallies: Vec<Arc<Mutex<Tally>>> = (0..PRODUCERS).map(|_| Arc::default()).collect();
+    let tasks: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            tokio::spawn(produce(
+                bases.clone(),
+                format!("fleet-{p}"),
+                tallies[p].clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    progress(20, &tallies).await;
+    eprintln!("views: producing");
+
+    // A's heartbeats are late: its lease lapses and it lets go of its shards
+    // before B may judge it dead; then B claims them all.
+    a.hold_heartbeats(true);
+    until("A has let go of its shards", || a.owned() == 0).await;
+    until("B owns every shard", || b.owned() == SHARD_COUNT).await;
+    eprintln!("views: B owns all");
+    progress(20, &tallies).await;
+    eprintln!("views: producing through B alone");
+
+    // A's heartbeats land again: B sees it, and placement gives it shards
+    // back (handed off by B).
+    a.hold_heartbeats(false);
+    until("A owns shards again", || {
+        a.owned() > 0 && a.owned() + b.owned() == SHARD_COUNT
+    })
+    .await;
+    progress(20, &tallies).await;
+
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    check_streams(&tallies, &bases).await;
+    a.stop().await;
+    b.stop().await;
+}
