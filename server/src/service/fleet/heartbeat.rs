@@ -7,12 +7,13 @@
 use serde::{Deserialize, Serialize};
 use strata_engine::InstanceId;
 
-use super::placement::WEIGHT_MAX;
-
 /// Format version of heartbeat objects.
 pub const HEARTBEAT_FORMAT: u32 = 1;
 /// Largest heartbeat object a member reads.
 pub const HEARTBEAT_BYTES_MAX: u64 = 16 * 1024;
+/// Largest weight a member may announce (placement gives it that many
+/// virtual members per shard).
+pub const WEIGHT_MAX: u32 = 64;
 /// Longest advertised URL.
 pub const URL_BYTES_MAX: usize = 2048;
 

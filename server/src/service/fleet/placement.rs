@@ -18,10 +18,7 @@
 use sha2::{Digest, Sha256};
 use strata_engine::InstanceId;
 
-use super::heartbeat::MemberState;
-
-/// Largest weight a member may announce (its virtual members per shard).
-pub const WEIGHT_MAX: u32 = 64;
+use super::heartbeat::{MemberState, WEIGHT_MAX};
 
 /// What placement needs of a live member.
 #[derive(Debug, Clone, PartialEq, Eq)]
