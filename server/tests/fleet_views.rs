@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,16 +40,20 @@ struct Cli {
     serve: ServeArgs,
 }
 
-/// Holds back PUTs under `fleet/` while closed.
+/// Holds back PUTs under `fleet/` while closed; counts every request.
 #[derive(Debug)]
 struct HeartbeatGate {
     open: tokio::sync::watch::Sender<bool>,
+    requests: AtomicU64,
+    heartbeats: AtomicU64,
 }
 
 impl Default for HeartbeatGate {
     fn default() -> Self {
         HeartbeatGate {
             open: tokio::sync::watch::Sender::new(true),
+            requests: AtomicU64::new(0),
+            heartbeats: AtomicU64::new(0),
         }
     }
 }
@@ -59,7 +63,9 @@ impl StoreLayer for HeartbeatGate {
     async fn before(&self, op: StoreOp, location: Option<&Path>) -> object_store::Result<()> {
         let heartbeat =
             op == StoreOp::Put && location.is_some_and(|l| l.as_ref().starts_with("fleet/"));
+        self.requests.fetch_add(1, Ordering::SeqCst);
         if heartbeat {
+            self.heartbeats.fetch_add(1, Ordering::SeqCst);
             let mut open = self.open.subscribe();
             let _ = open.wait_for(|open| *open).await;
         }
@@ -126,6 +132,15 @@ impl Member {
 
     fn owned(&self) -> usize {
         self.state.streams.router().owned().len()
+    }
+
+    /// Requests this member sent to the store, and its heartbeats.
+    fn requests(&self) -> (u64, u64) {
+        let layer = self.gate.layer();
+        (
+            layer.requests.load(Ordering::SeqCst),
+            layer.heartbeats.load(Ordering::SeqCst),
+        )
     }
 
     fn hold_heartbeats(&self, held: bool) {
@@ -217,6 +232,35 @@ async fn a_late_heartbeat_moves_shards_away_and_back_without_loss_or_duplicates(
         task.await.unwrap();
     }
     check_streams(&tallies, &bases).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// The fleet's steady cost: an idle member sends one heartbeat PUT and one
+/// LIST per beat and nothing else (at the default 2 s beat, 1 request/s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_member_costs_one_put_and_one_list_per_beat() {
+    let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = Member::start(shared.clone()).await;
+    let b = Member::start(shared.clone()).await;
+    until("the shards are placed", || {
+        a.owned() > 0 && b.owned() > 0 && a.owned() + b.owned() == SHARD_COUNT
+    })
+    .await;
+    // Let the hand-offs of the join finish (two beats), then count.
+    let (_, beat0) = a.requests();
+    until("two beats passed", || a.requests().1 >= beat0 + 2).await;
+    let (requests_before, beats_before) = a.requests();
+    until("20 beats passed", || a.requests().1 >= beats_before + 20).await;
+    let (requests_after, beats_after) = a.requests();
+    let beats = beats_after - beats_before;
+    let requests = requests_after - requests_before;
+    eprintln!("fleet cost: {requests} requests in {beats} beats");
+    // Each beat is a PUT and a LIST; the window may cut one beat in two.
+    assert!(
+        requests <= 2 * beats + 1,
+        "{requests} requests in {beats} beats"
+    );
     a.stop().await;
     b.stop().await;
 }

@@ -51,6 +51,9 @@ pub const LEASE_MARGIN_MS: u64 = 1_000;
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest a release (flush and stop) may take.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shard of a hint that names no released shard (it only asks the
+/// receiver to read this member's heartbeat again).
+const ANNOUNCE_ONLY: ShardIndex = ShardIndex(u32::MAX);
 /// Most heartbeats read in one beat.
 const READS_PER_BEAT_MAX: usize = 64;
 
@@ -61,8 +64,11 @@ pub struct FleetConfig {
     pub heartbeat_ms: u64,
     pub lease_ms: u64,
     pub weight: u32,
-    /// How often a known member's heartbeat is read again (its load, for
-    /// status; its state changes are also announced by hints).
+    /// How often a known member's heartbeat is read again. Placement needs
+    /// only what never changes for an instance (URL, weight) and its state,
+    /// whose one change (to draining) the member announces by hints to every
+    /// live member; so by default (`u64::MAX`) a heartbeat is read once, and
+    /// the steady cost is one PUT and one LIST per beat.
     pub refresh_ms: u64,
     /// How long a claim waits for a live previous owner to release.
     pub handoff_grace_ms: u64,
@@ -75,7 +81,7 @@ impl FleetConfig {
             heartbeat_ms,
             lease_ms,
             weight: 1,
-            refresh_ms: 10_000,
+            refresh_ms: u64::MAX,
             handoff_grace_ms: heartbeat_ms + 1_000,
         }
     }
@@ -250,11 +256,13 @@ impl Fleet {
     async fn send_hints(&self, hints: Vec<(ShardIndex, Owner)>) {
         let mut by_owner: HashMap<InstanceId, (String, Vec<ShardIndex>)> = HashMap::new();
         for (shard, owner) in hints {
-            by_owner
+            let shards = &mut by_owner
                 .entry(owner.instance)
                 .or_insert_with(|| (owner.url.clone(), Vec::new()))
-                .1
-                .push(shard);
+                .1;
+            if shard != ANNOUNCE_ONLY {
+                shards.push(shard);
+            }
         }
         for (_, (url, shards)) in by_owner {
             self.peers.hint(&url, self.me, shards).await;
@@ -578,6 +586,24 @@ impl Fleet {
     pub async fn drain(&self) {
         self.view.lock().state = MemberState::Draining;
         tracing::info!("fleet: draining: handing shards off");
+        // The heartbeat says draining; every live member is told to read it
+        // (they stop placing shards here), then the shards go one at a time.
+        let announce = self.beat_releasing(0).await;
+        let others: Vec<(ShardIndex, Owner)> = self
+            .members()
+            .into_iter()
+            .filter(|m| m.instance != self.me)
+            .map(|m| {
+                let owner = Owner {
+                    instance: m.instance,
+                    url: m.url,
+                    handed_off_here: false,
+                };
+                (ANNOUNCE_ONLY, owner)
+            })
+            .collect();
+        self.send_hints(announce.into_iter().chain(others).collect())
+            .await;
         for _ in 0..=self.router().count() {
             let hints = self.beat_releasing(1).await;
             if hints.is_empty() {

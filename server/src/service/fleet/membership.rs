@@ -9,10 +9,11 @@
 //! modification time (so that yesterday's heartbeat of a dead process is not
 //! taken for a live one).
 //!
-//! A heartbeat is read (GET) when it first appears and then at most once per
-//! refresh interval, or at once when its member asks (a hand-off hint): the
-//! listing alone keeps liveness, so a steady fleet costs one PUT and one LIST
-//! per member and beat, plus `(members − 1) / refresh` GETs.
+//! A heartbeat is read (GET) when it first appears, again when its member
+//! asks (a hint: it drains, or handed shards off), and at most once per
+//! refresh interval otherwise (by default never: what placement reads of a
+//! heartbeat does not change but by a hint). The listing alone keeps
+//! liveness, so a steady fleet costs one PUT and one LIST per member and beat.
 
 use std::collections::HashMap;
 
