@@ -14,12 +14,12 @@
 //! This process writes each bucket with one writer at a time, and changes
 //! that queue while a write is in flight go out together in the next one
 //! (group commit: one read-modify-write per batch, not per change). A writer
-//! remembers the version it last read or wrote, so a write is one PUT and a
-//! change already made costs nothing; every write is still a CAS, and a
-//! conflict (another process wrote) reads the bucket again and retries. A
-//! second process's changes can therefore make this one skip a change it
-//! believes made until its next write to that bucket; the start-up scan
-//! repairs what is left.
+//! remembers the version it last read or wrote, so a write is one PUT; every
+//! write is still a CAS, and a conflict (another process wrote) reads the
+//! bucket again and retries. A change that the remembered version shows as
+//! already made is checked against a fresh read before it is skipped (another
+//! process, such as another fleet member, may have undone it), so no change
+//! is ever skipped on the word of a cached version.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -293,6 +293,7 @@ impl Catalog {
         let mut attempt = 0;
         loop {
             let known = writer.known.lock().clone();
+            let from_memory = !matches!(known, KnownBucket::Unknown);
             let current = match known {
                 KnownBucket::Present(c) => Some(c),
                 KnownBucket::Absent => None,
@@ -305,6 +306,13 @@ impl Catalog {
             let changed = changes
                 .iter()
                 .fold(false, |changed, c| c.apply(&mut entries) | changed);
+            if !changed && from_memory {
+                // Already made by the version we remember; another process
+                // (a fleet member) may have undone it since: read the bucket
+                // before believing it.
+                *writer.known.lock() = KnownBucket::Unknown;
+                continue;
+            }
             if !changed {
                 *writer.known.lock() = match current {
                     Some(c) => KnownBucket::Present(c),
@@ -467,10 +475,12 @@ mod tests {
             "{} GETs: a bucket is read once, then written from what was written",
             totals.gets
         );
-        // A change that changes nothing costs no request.
-        let before = counted.layer().snapshot().total();
+        // A change that changes nothing costs one GET (the remembered
+        // version is checked) and no PUT.
+        let before = counted.layer().snapshot();
         catalog.add("p", entry("n7", 1)).await.unwrap();
-        assert_eq!(counted.layer().snapshot().total(), before);
+        let after = counted.layer().snapshot();
+        assert_eq!((after.gets - before.gets, after.puts - before.puts), (1, 0));
         assert_eq!(catalog.all("p").await.unwrap().len(), changes as usize);
         // Removals batch the same way, and every change is applied once.
         let tasks: Vec<_> = (0..changes)
@@ -484,6 +494,36 @@ mod tests {
             task.await.unwrap().unwrap();
         }
         assert_eq!(catalog.all("p").await.unwrap().len(), changes as usize / 2);
+    }
+
+    /// Two fleet members: theirs removes a name ours listed; ours adds it
+    /// again. Its remembered version still lists the name, but the change is
+    /// not skipped on that word: the name is listed again.
+    #[tokio::test]
+    async fn a_change_another_process_undid_is_made_again() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let ours = Catalog::new(
+            store.clone(),
+            RetryPolicy::default(),
+            Arc::new(strata_engine::SeededEntropy::new(5)),
+        );
+        let theirs = Catalog::new(
+            store,
+            RetryPolicy::default(),
+            Arc::new(strata_engine::SeededEntropy::new(6)),
+        );
+        ours.add("p", entry("n", 1)).await.unwrap();
+        theirs.remove("p", "n", 1).await.unwrap();
+        assert!(ours.all("p").await.unwrap().is_empty());
+        ours.add("p", entry("n", 1)).await.unwrap();
+        let listed: Vec<String> = ours
+            .all("p")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(listed, vec!["n".to_string()]);
     }
 
     #[tokio::test]

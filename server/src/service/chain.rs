@@ -39,7 +39,16 @@ impl Streams {
         let mut cap = u64::MAX;
         for _ in 0..FORK_DEPTH_MAX {
             let stream = stream_ref(&current.value)?;
-            let shard = self.shards.shard_for(&stream.id)?;
+            let shard = self.shards.shard_for(&stream.id).map_err(|e| match e {
+                // The read's own stream was routed here; a source on a shard
+                // another fleet member serves cannot be read from here yet.
+                ServiceError::NotOwner { .. } if !levels.is_empty() => ServiceError::Unavailable(
+                    "the fork's source is served by another instance; fork reads across \
+                     instances are not supported yet"
+                        .into(),
+                ),
+                other => other,
+            })?;
             let cipher = self.ciphers.cipher_for(&current.value, key)?;
             let base = current.value.fork.as_ref().map_or(0, |f| f.base);
             let origin = current.value.fork.clone();

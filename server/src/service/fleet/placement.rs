@@ -136,6 +136,46 @@ mod tests {
         assert!((share(2) - 0.25).abs() < 0.03, "{owned:?}");
     }
 
+    /// The test vector of docs/FORMATS.md §14, read from the document.
+    #[test]
+    fn the_documented_test_vector_holds() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/FORMATS.md"))
+                .expect("docs/FORMATS.md");
+        let section = doc.split("## 14. Fleet heartbeats").nth(1).expect("§14");
+        let a = member(0x11, 1);
+        let b = member(0x22, 2);
+        let mut rows = 0;
+        for line in section.lines() {
+            let cells: Vec<&str> = line
+                .split('|')
+                .map(|c| c.trim().trim_matches('`'))
+                .collect();
+            let Some(shard) = cells.get(1).and_then(|c| c.parse::<u32>().ok()) else {
+                continue;
+            };
+            assert_eq!(
+                format!("{:016x}", score(shard, &a).unwrap()),
+                cells[2],
+                "shard {shard}"
+            );
+            assert_eq!(
+                format!("{:016x}", score(shard, &b).unwrap()),
+                cells[3],
+                "shard {shard}"
+            );
+            let owner = owner_of(shard, &[a.clone(), b.clone()]).unwrap();
+            let expected = if cells[4] == "A" {
+                a.instance
+            } else {
+                b.instance
+            };
+            assert_eq!(owner, expected, "shard {shard}");
+            rows += 1;
+        }
+        assert_eq!(rows, 4);
+    }
+
     #[test]
     fn no_member_no_owner() {
         assert_eq!(owner_of(0, &[]), None);
