@@ -19,12 +19,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::fleet::{check_streams, produce, progress, Tally};
+use common::fleet::{check_streams, follow_sse, produce, progress, Tally};
 use common::{client, free_port, Server};
 use parking_lot::Mutex;
 
 const MEMBERS: usize = 3;
 const PRODUCERS: usize = 8;
+/// Producers' streams also followed live over SSE.
+const FOLLOWERS: usize = 2;
 const SHARDS: &str = "6";
 const HEARTBEAT_MS: &str = "500";
 const LEASE_MS: u64 = 2_000;
@@ -132,6 +134,20 @@ async fn fleet_under_load(store: &str, extra: &[&str]) {
             ))
         })
         .collect();
+    // Live readers: SSE followers of two streams, reconnecting through the
+    // members as ownership moves.
+    let follow_stop = Arc::new(AtomicBool::new(false));
+    let followed: Vec<Arc<Mutex<Vec<String>>>> = (0..FOLLOWERS).map(|_| Arc::default()).collect();
+    let followers: Vec<_> = (0..FOLLOWERS)
+        .map(|p| {
+            tokio::spawn(follow_sse(
+                bases.clone(),
+                format!("fleet-{p}"),
+                followed[p].clone(),
+                follow_stop.clone(),
+            ))
+        })
+        .collect();
     progress(25, &tallies).await;
     let started = Instant::now();
     let mut phases: Vec<(String, Duration)> = Vec::new();
@@ -169,6 +185,24 @@ async fn fleet_under_load(store: &str, extra: &[&str]) {
         task.await.unwrap();
     }
     let gap_max = check_streams(&tallies, &bases).await;
+    // Each follower saw exactly the stream, in order, once it caught up.
+    for (p, seen) in followed.iter().enumerate() {
+        let stream = format!("fleet-{p}");
+        let records = common::fleet::read_all(&client, &bases[0], &stream).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.lock().len() < records.len() {
+            assert!(
+                Instant::now() < deadline,
+                "the SSE follower of {stream} did not catch up"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(*seen.lock(), records, "the SSE follower of {stream}");
+    }
+    follow_stop.store(true, Ordering::SeqCst);
+    for follower in followers {
+        follower.await.unwrap();
+    }
     let retried: u64 = tallies.iter().map(|t| t.lock().retried).sum();
     let acked: u64 = tallies.iter().map(|t| t.lock().acked).sum();
     eprintln!(

@@ -597,6 +597,8 @@ impl Server {
         }
         eprintln!("strata: shutting down: finishing requests in flight");
         drop(listener);
+        // Live readers end, paced over a few seconds, and reconnect.
+        state.begin_closing();
         if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
             .await
             .is_err()

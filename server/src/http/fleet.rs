@@ -31,7 +31,8 @@ use hyper::body::Incoming;
 use strata_engine::InstanceId;
 
 use super::common::{
-    empty, ApiError, ApiResult, AppState, Body, FleetHttp, FleetRouting, PeerClient, REPLAY_TO,
+    empty, ApiError, ApiResult, AppState, Body, FleetHttp, FleetRouting, LiveSlot, PeerClient,
+    REPLAY_TO,
 };
 use crate::service::fleet::{controller::BoxFuture, Peers};
 use crate::service::routing::{Location, Owner, ShardIndex, LAPSED};
@@ -132,7 +133,15 @@ pub async fn decide(
 /// `Streams-Replay-To`. An owner that does not answer gets the client a
 /// retryable 503 (nothing was applied, or the owner's answer was lost: the
 /// same as any lost answer, which producers' retries resolve).
-pub async fn forward(state: Arc<AppState>, owner: Owner, request: Request<Incoming>) -> ApiResult {
+///
+/// A forwarded event stream holds a slot of this member's live-connection
+/// budget (refused with `live_code` when spent), as a local one does.
+pub async fn forward(
+    state: Arc<AppState>,
+    owner: Owner,
+    request: Request<Incoming>,
+    live_code: &'static str,
+) -> ApiResult {
     let fleet = state.fleet.get().ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -162,7 +171,17 @@ pub async fn forward(state: Arc<AppState>, owner: Owner, request: Request<Incomi
     }
     // The answer's headers come within the longest wait the owner may take.
     let bound = state.config.append_timeout + state.config.long_poll_timeout + MOVE_WAIT_MAX;
-    let answer = match tokio::time::timeout(bound, fleet.client.request(outbound)).await {
+    let ticket = state.live_ticket();
+    let asked = tokio::time::timeout(bound, fleet.client.request(outbound));
+    let answer = tokio::select! {
+        answer = asked => answer,
+        // This member stops: a forwarded wait (a long-poll) ends, retryably.
+        _ = state.closed(ticket) => return Err(ApiError::from_service(
+            &ServiceError::Unavailable("this server is shutting down; retry".into()),
+            "unavailable",
+        )),
+    };
+    let answer = match answer {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => {
             tracing::warn!(owner = %owner.url, error = %e, "fleet: forwarding failed");
@@ -171,7 +190,17 @@ pub async fn forward(state: Arc<AppState>, owner: Owner, request: Request<Incomi
         Err(_) => return Err(unreachable_owner(&owner)),
     };
     let (parts, body) = answer.into_parts();
-    let mut response = Response::new(stream_body(body));
+    let live = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let body = if live {
+        // A forwarded event stream ends, paced, when this member stops.
+        stream_body(body, Some(state.live_slot(live_code)?))
+    } else {
+        stream_body(body, None)
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = parts.status;
     copy_end_to_end(&parts.headers, response.headers_mut());
     if let Ok(url) = HeaderValue::from_str(&owner.url) {
@@ -219,11 +248,19 @@ fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
 }
 
 /// The owner's body, passed on frame by frame as it arrives (an SSE stream
-/// stays open as long as the owner keeps it). An error from the owner ends
+/// stays open as long as the owner keeps it, or until `closing` says this
+/// member stops). An error from the owner ends
 /// the body; a body with a length then ends short, which the client's HTTP
 /// library reports as a failed response.
-fn stream_body(body: Incoming) -> Body {
+fn stream_body(body: Incoming, slot: Option<LiveSlot>) -> Body {
+    let until = async move {
+        match slot {
+            Some(slot) => slot.closed().await,
+            None => std::future::pending().await,
+        }
+    };
     let frames = http_body_util::BodyStream::new(body)
+        .take_until(Box::pin(until))
         .take_while(|frame| {
             if let Err(e) = frame {
                 tracing::debug!(error = %e, "fleet: the owner's body ended with an error");

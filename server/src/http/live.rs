@@ -188,7 +188,12 @@ pub async fn long_poll<R: LiveRead>(
     first: ReadOutcome,
     pace: Pace,
 ) -> Result<ReadOutcome, ApiError> {
-    Ok(next_records(state, reader, first, &pace).await?.outcome)
+    tokio::select! {
+        next = next_records(state, reader, first, &pace) => Ok(next?.outcome),
+        _ = state.closed(state.live_ticket()) => Err(reader.error(ServiceError::Unavailable(
+            "this server is shutting down; retry".into(),
+        ))),
+    }
 }
 
 /// How a surface frames its reads as events.
@@ -295,7 +300,7 @@ async fn run<R: LiveRead, F: SseFraming>(
     mut outcome: ReadOutcome,
     pace: Pace,
     tx: mpsc::Sender<Bytes>,
-    _slot: LiveSlot,
+    slot: LiveSlot,
 ) {
     // Each round sends the events of a read, then reads and waits for more.
     loop {
@@ -320,6 +325,8 @@ async fn run<R: LiveRead, F: SseFraming>(
         let next = tokio::select! {
             next = next_records(&state, &reader, waiting, &pace) => next,
             _ = tx.closed() => return,
+            // The server stops: the stream ends and the client reconnects.
+            _ = slot.closed() => return,
         };
         // A read or a wait the store does not answer in time ends the
         // stream (the client reconnects from its last position).

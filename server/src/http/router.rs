@@ -167,7 +167,12 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
             match fleet_http::decide(&state, fleet, index, request.headers()).await {
                 Decision::Local => {}
                 Decision::Forward(owner) => {
-                    return fleet_http::forward(state.clone(), owner, request)
+                    let live_code = if product {
+                        product::errors::LIVE_CAPACITY_CODE
+                    } else {
+                        raw::errors::LIVE_CAPACITY_CODE
+                    };
+                    return fleet_http::forward(state.clone(), owner, request, live_code)
                         .await
                         .map_err(|e| if product { e.product() } else { e });
                 }

@@ -171,3 +171,71 @@ pub async fn check_streams(tallies: &[Arc<Mutex<Tally>>], bases: &[String]) -> D
     }
     gap_max
 }
+
+/// Follows `stream` live over SSE through the members in turn, reconnecting
+/// (to the next member) from the last offset a control event confirmed, and
+/// records every record in `seen`, until `stop`. Records of a data event
+/// count only once the control event after them arrived (so a cut
+/// connection never leaves a partial batch behind).
+pub async fn follow_sse(
+    bases: Vec<String>,
+    stream: String,
+    seen: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+) {
+    let client = client();
+    let mut offset = "-1".to_string();
+    let mut turn = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        let base = &bases[turn % bases.len()];
+        turn += 1;
+        let url = format!("{base}/v1/stream/{stream}?offset={offset}&live=sse");
+        let Ok(Ok(mut response)) =
+            tokio::time::timeout(Duration::from_secs(10), client.get(&url).send()).await
+        else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        if !response.status().is_success() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        let mut buffer = String::new();
+        let mut pending: Vec<String> = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            let chunk = match tokio::time::timeout(Duration::from_secs(5), response.chunk()).await {
+                Ok(Ok(Some(chunk))) => chunk,
+                _ => break,
+            };
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let event: String = buffer.drain(..end + 2).collect();
+                let kind = event
+                    .lines()
+                    .find_map(|l| l.strip_prefix("event:"))
+                    .map(str::trim);
+                let data: String = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                match kind {
+                    Some("data") => {
+                        let values: Vec<String> =
+                            serde_json::from_str(&data).expect("an SSE data event is a JSON array");
+                        pending.extend(values);
+                    }
+                    Some("control") => {
+                        let control: serde_json::Value =
+                            serde_json::from_str(&data).expect("an SSE control event is JSON");
+                        if let Some(next) = control["streamNextOffset"].as_str() {
+                            offset = next.to_string();
+                        }
+                        seen.lock().append(&mut pending);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}

@@ -82,10 +82,27 @@ pub struct AppState {
     write_slots: Arc<Semaphore>,
     /// Set once on a fleet member (`strata serve --fleet`).
     pub fleet: std::sync::OnceLock<FleetHttp>,
+    /// True once the server stops: live readers end, paced.
+    closing: tokio::sync::watch::Sender<bool>,
+    live_tickets: std::sync::atomic::AtomicU64,
 }
 
-/// A held slot of the live-connection budget.
-pub struct LiveSlot(Arc<AppState>);
+/// How long the closing of live readers at shutdown is spread over (so that
+/// they do not all reconnect at once), in [`LIVE_CLOSE_STEPS`] steps.
+pub const LIVE_CLOSE_SPREAD: Duration = Duration::from_secs(2);
+const LIVE_CLOSE_STEPS: u64 = 20;
+
+/// A held slot of the live-connection budget, with its ticket (its place in
+/// the paced closing at shutdown).
+pub struct LiveSlot(Arc<AppState>, u64);
+
+impl LiveSlot {
+    /// Completes when this live reader is to end: the server is closing and
+    /// this reader's turn in the pace has come.
+    pub async fn closed(&self) {
+        self.0.closed(self.1).await
+    }
+}
 
 impl Drop for LiveSlot {
     fn drop(&mut self) {
@@ -106,6 +123,8 @@ impl AppState {
             live_connections: AtomicUsize::new(0),
             write_slots: Arc::new(Semaphore::new(WRITES_IN_FLIGHT_MAX)),
             fleet: std::sync::OnceLock::new(),
+            closing: tokio::sync::watch::Sender::new(false),
+            live_tickets: Default::default(),
         }
     }
 
@@ -183,6 +202,28 @@ impl AppState {
             )
             .header("retry-after", "5"));
         }
-        Ok(LiveSlot(self.clone()))
+        Ok(LiveSlot(self.clone(), self.live_ticket()))
+    }
+
+    /// Ends every live reader (SSE, long-poll, forwarded live answers), each
+    /// at its turn within [`LIVE_CLOSE_SPREAD`]: they reconnect (elsewhere,
+    /// behind a balancer) over that time rather than all at once.
+    pub fn begin_closing(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// A place in the paced closing.
+    pub fn live_ticket(&self) -> u64 {
+        self.live_tickets.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Completes at `ticket`'s turn once the server is closing.
+    pub async fn closed(&self, ticket: u64) {
+        let mut closing = self.closing.subscribe();
+        if closing.wait_for(|closing| *closing).await.is_err() {
+            return std::future::pending().await;
+        }
+        let step = LIVE_CLOSE_SPREAD / LIVE_CLOSE_STEPS as u32;
+        tokio::time::sleep(step * (ticket % LIVE_CLOSE_STEPS) as u32).await;
     }
 }
