@@ -83,10 +83,14 @@ struct Member {
 
 impl Member {
     async fn start(shared: Arc<dyn ObjectStore>) -> Member {
+        Member::start_with(shared, &[]).await
+    }
+
+    async fn start_with(shared: Arc<dyn ObjectStore>, extra: &[&str]) -> Member {
         let _ = common::client(); // installs the TLS crypto provider
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let cli = Cli::parse_from([
+        let mut args = vec![
             "strata",
             "--listen",
             "127.0.0.1:0",
@@ -105,7 +109,9 @@ impl Member {
             "0",
             "--dev-default-key",
             DEV_KEY,
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let cli = Cli::parse_from(args);
         let gate = Arc::new(Layered::new(shared, HeartbeatGate::default()));
         let store: Arc<dyn ObjectStore> = gate.clone();
         let server = Server::open(&cli.serve, store, listener)
@@ -157,6 +163,16 @@ impl Member {
     }
 }
 
+/// Logs to the test's output, as `RUST_LOG` says (default: warnings).
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        ))
+        .with_test_writer()
+        .try_init();
+}
+
 /// Waits (at most 30 s) until `condition` holds.
 async fn until(what: &str, condition: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -168,12 +184,7 @@ async fn until(what: &str, condition: impl Fn() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_heartbeat_moves_shards_away_and_back_without_loss_or_duplicates() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        ))
-        .with_test_writer()
-        .try_init();
+    init_tracing();
     let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let a = Member::start(shared.clone()).await;
     let b = Member::start(shared.clone()).await;
@@ -261,6 +272,65 @@ async fn an_idle_member_costs_one_put_and_one_list_per_beat() {
         requests <= 2 * beats + 1,
         "{requests} requests in {beats} beats"
     );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// `--fleet-routing replay`: a member answers a request for a stream another
+/// member serves with 409 `not_stream_owner` and `Streams-Replay-To` (the
+/// owner's URL) on both surfaces; the owner serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_member_names_the_owner_on_both_surfaces() {
+    init_tracing();
+    let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let replay = ["--fleet-routing", "replay"];
+    let a = Member::start_with(shared.clone(), &replay).await;
+    let b = Member::start_with(shared.clone(), &replay).await;
+    until("the shards are placed", || {
+        a.owned() > 0 && b.owned() > 0 && a.owned() + b.owned() == SHARD_COUNT
+    })
+    .await;
+    let client = common::client();
+    // A stream served by B, asked of A.
+    let router = a.state.streams.router();
+    let name = (0..1000)
+        .map(|i| format!("replayed-{i}"))
+        .find(|n| {
+            let id = strata_engine::stream_id(strata_server::service::DEFAULT_PROJECT, n);
+            matches!(
+                router.locate(&id),
+                strata_server::service::routing::Location::Elsewhere(_)
+            )
+        })
+        .expect("a stream B serves");
+    let raw = client
+        .put(format!("{}/v1/stream/{name}", a.base))
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 409);
+    assert_eq!(raw.headers()["streams-replay-to"], b.base.as_str());
+    let body: serde_json::Value = serde_json::from_slice(&raw.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "not_stream_owner");
+    let product = client
+        .get(format!("{}/v1/streams/{name}", a.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(product.status(), 409);
+    assert_eq!(product.headers()["streams-replay-to"], b.base.as_str());
+    let body: serde_json::Value = serde_json::from_slice(&product.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "not_stream_owner");
+    assert_eq!(body["error"]["retryable"], false);
+    // Replayed to the owner, the request is served.
+    let created = client
+        .put(format!("{}/v1/stream/{name}", b.base))
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
     a.stop().await;
     b.stop().await;
 }
