@@ -54,6 +54,10 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The shard of a hint that names no released shard (it only asks the
 /// receiver to read this member's heartbeat again).
 const ANNOUNCE_ONLY: ShardIndex = ShardIndex(u32::MAX);
+/// A heartbeat not renewed for this many leases is deleted.
+const DEAD_LEASES: u64 = 10;
+/// Most dead heartbeats deleted in one beat.
+const DELETES_PER_BEAT_MAX: usize = 4;
 /// Most heartbeats read in one beat.
 const READS_PER_BEAT_MAX: usize = 64;
 
@@ -355,6 +359,7 @@ impl Fleet {
             .lock()
             .membership
             .observe(self.clock.now_ms(), &others);
+        self.delete_long_dead().await;
         for instance in due.into_iter().take(READS_PER_BEAT_MAX) {
             let heartbeat = match tokio::time::timeout(
                 bound,
@@ -375,6 +380,30 @@ impl Fleet {
                 .read(instance, heartbeat, self.clock.now_ms());
         }
         true
+    }
+
+    /// Deletes heartbeats dead for [`DEAD_LEASES`] leases (left by processes
+    /// that were killed), a few per beat, so that listings stay short. A
+    /// member paused that long writes its heartbeat again on its next beat
+    /// and is seen as new.
+    async fn delete_long_dead(&self) {
+        let dead_ms = self.config.lease_ms.saturating_mul(DEAD_LEASES);
+        let dead = self.view.lock().membership.long_dead(
+            self.clock.now_ms(),
+            dead_ms,
+            DELETES_PER_BEAT_MAX,
+        );
+        for instance in dead {
+            let path = names::fleet_heartbeat(&instance);
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    tracing::info!(%instance, "fleet: deleted the heartbeat of a member dead for {DEAD_LEASES} leases");
+                }
+                Err(e) => {
+                    tracing::debug!(%instance, error = %e, "fleet: deleting a dead heartbeat failed")
+                }
+            }
+        }
     }
 
     /// The live set as placement sees it: the others this member knows, and

@@ -136,6 +136,19 @@ impl Membership {
         }
     }
 
+    /// Heartbeats not renewed for `dead_ms` (by this observer's clock): left
+    /// by processes that died, to be deleted (at most `max`, oldest first).
+    pub fn long_dead(&self, now_ms: u64, dead_ms: u64, max: usize) -> Vec<InstanceId> {
+        let mut dead: Vec<(u64, InstanceId)> = self
+            .known
+            .iter()
+            .filter(|(_, k)| now_ms.saturating_sub(k.renewed_ms) >= dead_ms)
+            .map(|(id, k)| (k.renewed_ms, *id))
+            .collect();
+        dead.sort_by_key(|(renewed_ms, id)| (*renewed_ms, id.0));
+        dead.into_iter().take(max).map(|(_, id)| id).collect()
+    }
+
     /// Whether the last listing showed `instance`'s heartbeat.
     pub fn knows(&self, instance: &InstanceId) -> bool {
         self.known.contains_key(instance)
@@ -247,6 +260,24 @@ mod tests {
         assert_eq!(m.observe(4_000, &[sighting(1, 4_000, "e3")]), vec![a]);
         m.read(a, Some(heartbeat(1)), 4_000);
         assert_eq!(m.observe(14_000, &[sighting(1, 14_000, "e4")]), vec![a]);
+    }
+
+    #[test]
+    fn long_dead_heartbeats_are_found_oldest_first() {
+        let mut m = Membership::new(6_000, u64::MAX);
+        m.observe(
+            100_000,
+            &[
+                sighting(1, 10_000, "e"),
+                sighting(2, 20_000, "e"),
+                sighting(3, 99_000, "e"),
+            ],
+        );
+        assert_eq!(
+            m.long_dead(100_000, 60_000, 8),
+            vec![InstanceId([1; 16]), InstanceId([2; 16])]
+        );
+        assert_eq!(m.long_dead(100_000, 60_000, 1), vec![InstanceId([1; 16])]);
     }
 
     #[test]
