@@ -33,15 +33,20 @@ acknowledged append was lost; above, a retried append whose first attempt
 landed too). It prints one JSON line on stdout (progress and per-kill lines
 go to stderr) and exits non-zero if a producer saw a non-retryable answer,
 an acknowledged append was lost, or a kill's streams did not recover.
+Besides failover_ms (nearest-rank percentiles over every affected stream of
+every kill) it reports: unaffected_max_stall_ms, the longest gap between
+acknowledgements of a stream the victim did not own, during a kill;
+rejoin_max_stall_ms, the longest gap of any stream from a restart until the
+fleet settled; refusals, the 429/503 answers by message; duplicates, as
+above; per_kill, each kill's samples.
 
     python3 bench/failover.py --kills 10            # local directory store
     python3 bench/failover.py --kills 10 --s3       # S3 API on moto
     python3 bench/failover.py --heartbeat-ms 500 --lease-ms 2000 --kills 3
-    STRATA_BIN=target/release/strata python3 bench/failover.py --keep
+    STRATA_BIN=/path/to/strata python3 bench/failover.py --keep
 
-The binary is $STRATA_BIN, else /tmp/strata-fleet if present, else
-target/release/strata (build it first: cargo build --release -p
-strata-server). --s3 runs moto_server from .venv (scripts/moto.sh installs
+The binary is $STRATA_BIN (or --bin), else target/release/strata (build it
+first: cargo build --release -p strata-server). --s3 runs moto_server from .venv (scripts/moto.sh installs
 it there) or $MOTO_SERVER. Each member's stderr goes to member-<i>.log in the
 run directory, with a marker line at every kill and restart; the directory is
 removed at exit unless --keep (or a run failed). Python standard library only.
@@ -54,10 +59,10 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -65,7 +70,6 @@ import tempfile
 import threading
 import time
 import urllib.parse
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEV_KEY = "dGVzdC1kZXZlbG9wbWVudC1rZXktMzItYnl0ZXMhISE"
@@ -101,6 +105,16 @@ def percentile(sorted_values, p):
     return sorted_values[int(rank) - 1]
 
 
+def refusal_reason(body):
+    """An error answer's message, URLs and numbers blanked (for tallies)."""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return "(no JSON error)"
+    message = re.sub(r"https?://[^ )]+", "URL", str(message))
+    return re.sub(r"\d+", "N", message)[:90]
+
+
 def http_call(url, method="GET", body=None, headers=None, timeout=10.0):
     """One request; returns (status, headers, body) or raises OSError."""
     u = urllib.parse.urlsplit(url)
@@ -125,6 +139,7 @@ class Window:
         self.start = start
         self.excluded_url = excluded_url
         self.first = {s: None for s in streams}  # seconds after start
+        self.refusals = collections.Counter()  # 429/503 answers by reason
         self.last = {s: start for s in streams}
         self.max_gap = {s: 0.0 for s in streams}
         self.closed_at = None
@@ -169,6 +184,7 @@ class Fleet:
         # Producer tallies (under self.lock).
         self.acked = collections.Counter()
         self.retryable = collections.Counter()
+        self.refusals = collections.Counter()  # 429/503 answers by reason
         self.non_retryable = []
         self.last_ack = {}  # stream -> (sent, recv, owner url)
 
@@ -335,7 +351,7 @@ class Fleet:
             try:
                 conn.request("POST", path, body=BODY, headers=JSON_HEADERS)
                 resp = conn.getresponse()
-                resp.read()
+                body = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 del conns[url]
@@ -354,8 +370,12 @@ class Fleet:
                 if self.args.pace_ms:
                     self.stop.wait(self.args.pace_ms / 1000)
             elif resp.status in (429, 503):
+                why = f"{resp.status} {refusal_reason(body)}"
                 with self.lock:
                     self.retryable[str(resp.status)] += 1
+                    self.refusals[why] += 1
+                    if self.window is not None:
+                        self.window.refusals[why] += 1
                 self.stop.wait(pause)
             else:
                 with self.lock:
@@ -421,15 +441,12 @@ def main():
     ap.add_argument("--recover-timeout", type=float, default=60,
                     help="seconds past the lease to wait for a kill's streams")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--bin", default=None, help="strata binary (default $STRATA_BIN, /tmp/strata-fleet, "
-                                                "target/release/strata)")
+    ap.add_argument("--bin", default=None, help="strata binary (default $STRATA_BIN, else target/release/strata)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (store, logs)")
     ap.add_argument("--run-dir", default=None, help="parent of the run directory (default $TMPDIR)")
     args = ap.parse_args()
     if args.bin is None:
-        args.bin = os.environ.get("STRATA_BIN") or next(
-            (p for p in ("/tmp/strata-fleet", os.path.join(ROOT, "target", "release", "strata"))
-             if os.access(p, os.X_OK)), None)
+        args.bin = os.environ.get("STRATA_BIN") or os.path.join(ROOT, "target", "release", "strata")
     if not args.bin or not os.access(args.bin, os.X_OK):
         sys.exit(f"no strata binary ({args.bin}); set STRATA_BIN or --bin")
     if args.seed is None:
@@ -538,7 +555,8 @@ def main():
                    "unaffected_max_stall_ms": round(other_stall * 1000)}
             log(f"kill {k + 1}: member {victim}, shards {victim_shards}, failover ms {samples}"
                 + (f", {len(missing)} streams NOT recovered" if missing else "")
-                + f", longest stall of the other streams {rec['unaffected_max_stall_ms']} ms")
+                + f", longest stall of the other streams {rec['unaffected_max_stall_ms']} ms"
+                + f", refusals {dict(window.refusals)}")
             slow_ms = args.lease_ms + 3000
             if missing or (samples and samples[-1] > slow_ms):
                 log(f"kill {k + 1} was slow (over lease + 3 s = {slow_ms} ms); the survivors' logs since the kill:")
@@ -563,7 +581,8 @@ def main():
             rec["rejoin_s"] = round(rejoin.closed_at - rejoin.start - 1, 1)
             rec["rejoin_max_stall_ms"] = round(max(rejoin.max_gap.values()) * 1000)
             log(f"kill {k + 1}: member {victim} rejoined and the fleet settled in {rec['rejoin_s']} s; "
-                f"longest stall of any stream meanwhile {rec['rejoin_max_stall_ms']} ms")
+                f"longest stall of any stream meanwhile {rec['rejoin_max_stall_ms']} ms, "
+                f"refusals {dict(rejoin.refusals)}")
             kills.append(rec)
 
         elapsed = time.monotonic() - started
@@ -589,6 +608,7 @@ def main():
         with fleet.lock:
             non_retryable = list(fleet.non_retryable)
             retryable = dict(fleet.retryable)
+            refusals = dict(fleet.refusals.most_common(8))
         total_acked = sum(acked.values())
         result = {
             "kills": len(kills),
@@ -608,6 +628,7 @@ def main():
             "not_recovered": missing,
             "non_retryable": len(non_retryable),
             "retryable": retryable,
+            "refusals": refusals,
             "owner_mismatch": owner_mismatch,
             "acked": total_acked,
             "acked_per_s": round(total_acked / elapsed) if elapsed > 0 else None,
@@ -615,7 +636,8 @@ def main():
             "duplicates": duplicated,
             "unaffected_max_stall_ms": max((r["unaffected_max_stall_ms"] for r in kills), default=None),
             "rejoin_max_stall_ms": max((r["rejoin_max_stall_ms"] for r in kills), default=None),
-            "per_kill": [{"member": r["member"], "failover_ms": r["failover_ms"]} for r in kills],
+            "per_kill": [{"member": r["member"], "failover_ms": r["failover_ms"],
+                          "rejoin_max_stall_ms": r["rejoin_max_stall_ms"]} for r in kills],
             "emulate_put_latency_ms": args.emulate_put_latency_ms,
             "seed": args.seed,
             "elapsed_s": round(elapsed),

@@ -5,7 +5,7 @@
 #
 #   bench/fleet.sh                            3 rounds of (a) then (b)
 #   ROUNDS=1 DURATION=10 bench/fleet.sh       shorter
-#   STRATA_BIN=target/release/strata KEEP_DATA=1 bench/fleet.sh
+#   STRATA_BIN=/path/to/strata KEEP_DATA=1 bench/fleet.sh
 #
 # Each run starts on a fresh store directory:
 #   (a) one member (`strata serve --fleet`, alone: it owns all shards) and one
@@ -28,8 +28,8 @@
 # result, or mostly non-2xx).
 #
 # Environment (all optional):
-#   STRATA_BIN      strata binary (default /tmp/strata-fleet if present, else
-#                   target/release/strata; this script builds nothing)
+#   STRATA_BIN      strata binary (default target/release/strata; this script
+#                   builds nothing: cargo build --release -p strata-server)
 #   ROUNDS          rounds of (a) and (b), alternating (default 3)
 #   DURATION        seconds per measured wrk run (default 20)
 #   WARMUP          seconds of unmeasured load before each run (default 2, 0 = none)
@@ -60,13 +60,7 @@ RECORD_BYTES="${RECORD_BYTES:-100}"
 HEARTBEAT_MS="${HEARTBEAT_MS:-2000}"
 LEASE_MS="${LEASE_MS:-6000}"
 BENCH_TMP="${BENCH_TMP:-${TMPDIR:-/tmp}}"
-if [ -z "${STRATA_BIN:-}" ]; then
-    if [ -x /tmp/strata-fleet ]; then
-        STRATA_BIN=/tmp/strata-fleet
-    else
-        STRATA_BIN="${CARGO_TARGET_DIR:-$root/target}/release/strata"
-    fi
-fi
+STRATA_BIN="${STRATA_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/strata}"
 
 log() { printf '[fleet-bench] %s\n' "$*" >&2; }
 err() { printf '[fleet-bench] ERROR: %s\n' "$*" >&2; }

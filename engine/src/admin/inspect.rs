@@ -60,6 +60,26 @@ impl ManifestSummary {
     }
 }
 
+/// Who last claimed a shard: its manifest's writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardHolder {
+    pub instance: crate::ids::InstanceId,
+    pub epoch: u64,
+}
+
+/// The instance (and epoch) that last claimed `shard`, or `None` when the
+/// shard has no manifest yet. One GET.
+pub async fn shard_holder(
+    store: &Arc<dyn ObjectStore>,
+    shard: &ShardName,
+) -> Result<Option<ShardHolder>, EngineError> {
+    let layout = ShardLayout::new(shard.clone());
+    Ok(load_manifest(store, &layout).await?.map(|m| ShardHolder {
+        instance: crate::ids::InstanceId(m.writer.instance),
+        epoch: m.writer.epoch,
+    }))
+}
+
 /// Every shard under `shards/`, with its manifest's headline.
 pub async fn list_shards(store: &Arc<dyn ObjectStore>) -> Result<Vec<ShardSummary>, EngineError> {
     let listing = store

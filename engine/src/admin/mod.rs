@@ -14,7 +14,7 @@ pub mod repair;
 pub mod verify;
 
 pub use inspect::{
-    inspect, list_shards, Inspection, ListedObject, ManifestSummary, ShardSummary, StreamSummary,
-    WalSummary,
+    inspect, list_shards, shard_holder, Inspection, ListedObject, ManifestSummary, ShardHolder,
+    ShardSummary, StreamSummary, WalSummary,
 };
 pub use verify::{verify, Finding, FindingKind, Progress, RecordRange, Verification, VerifyCounts};

@@ -42,7 +42,8 @@ use crate::service::ServiceError;
 pub const FORWARDED_BY: &str = "strata-forwarded-by";
 /// The header of a hint: the sending member's instance id.
 pub const HINT_FROM: &str = "strata-fleet-from";
-/// The header of a hint: the shards released, as comma-separated indexes.
+/// The header of a hint: the shards released, as comma-separated
+/// `<index>:<epoch>` pairs (the epoch of the claim released).
 pub const HINT_SHARDS: &str = "strata-fleet-released";
 /// Most shards one hint names.
 const HINT_SHARDS_MAX: usize = 4096;
@@ -184,7 +185,9 @@ pub async fn forward(
     let answer = match answer {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) => {
-            tracing::warn!(owner = %owner.url, error = %e, "fleet: forwarding failed");
+            // Once per request to an owner that is down: debug, not warn (the
+            // owner's death is logged once, when its shards move).
+            tracing::debug!(owner = %owner.url, error = %e, "fleet: forwarding failed");
             return Err(unreachable_owner(&owner));
         }
         Err(_) => return Err(unreachable_owner(&owner)),
@@ -275,7 +278,7 @@ fn stream_body(body: Incoming, slot: Option<LiveSlot>) -> Body {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hint {
     pub from: InstanceId,
-    pub shards: Vec<ShardIndex>,
+    pub shards: Vec<(ShardIndex, u64)>,
 }
 
 /// `POST /v1/fleet/hint`: another member released shards to this one.
@@ -316,7 +319,10 @@ pub fn parse_hint(headers: &HeaderMap) -> Option<Hint> {
             .split(',')
             .filter(|s| !s.is_empty())
             .take(HINT_SHARDS_MAX)
-            .map(|s| s.trim().parse().ok().map(ShardIndex))
+            .map(|pair| {
+                let (shard, epoch) = pair.trim().split_once(':')?;
+                Some((ShardIndex(shard.parse().ok()?), epoch.parse().ok()?))
+            })
             .collect::<Option<Vec<_>>>()?,
     };
     Some(Hint { from, shards })
@@ -328,10 +334,13 @@ pub struct HttpPeers {
 }
 
 impl Peers for HttpPeers {
-    fn hint(&self, url: &str, from: InstanceId, shards: Vec<ShardIndex>) -> BoxFuture<()> {
+    fn hint(&self, url: &str, from: InstanceId, shards: Vec<(ShardIndex, u64)>) -> BoxFuture<()> {
         let client = self.client.clone();
         let target = format!("{}{HINT_PATH}", url.trim_end_matches('/'));
-        let shards: Vec<String> = shards.iter().map(|s| s.0.to_string()).collect();
+        let shards: Vec<String> = shards
+            .iter()
+            .map(|(shard, epoch)| format!("{}:{epoch}", shard.0))
+            .collect();
         Box::pin(async move {
             let body = http_body_util::Empty::new()
                 .map_err(|never| match never {})

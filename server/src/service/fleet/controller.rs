@@ -3,19 +3,22 @@
 //!
 //! Every beat (`heartbeat_ms`):
 //!
-//! 1. PUT this member's heartbeat. A PUT that succeeded renews the member's
-//!    own lease to *its start* + `lease_ms` − [`LEASE_MARGIN_MS`]: no other
-//!    member can judge this one dead before then (they need a full lease of
-//!    listings without a change, and this PUT landed after it started), so
-//!    answering from owned shards until then never serves stale data.
-//! 2. LIST `fleet/` and read the heartbeats `membership` asks for.
-//! 3. If the lease lapsed (the store is unreachable), every owned shard is
-//!    stopped and the member claims nothing until a beat succeeds again.
-//! 4. Otherwise, for every shard, compare the placement's owner with the slot:
-//!    claim what is ours (a previous owner that is still live gets
-//!    `handoff_grace_ms` to release it, or less if it says it did), release
-//!    what is not (flush, stop, then tell the new owner), and point the rest
-//!    at their owners.
+//! 1. LIST `fleet/` and read the heartbeats `membership` asks for.
+//! 2. If this member's lease lapsed (its heartbeat writes fail), every owned
+//!    shard is stopped.
+//! 3. If the listing succeeded, compare each shard's placement owner with
+//!    its slot: claim what is ours (at most [`CLAIMS_PER_BEAT_MAX`] a beat)
+//!    once its holder — the instance its manifest names — is none, dead, or
+//!    has released it (its hint says so, or two of its later beats show it
+//!    without the shard: a live holder is never claimed from on a timer, as
+//!    it may still answer from the shard); release what is not ours (flush,
+//!    stop, then tell the new owner); point the rest at their owners.
+//! 4. PUT this member's heartbeat, whose `owned` set is what it serves now. A
+//!    PUT that succeeded renews the member's own lease to *its start* +
+//!    `lease_ms` − [`LEASE_MARGIN_MS`]: no other member can judge this one
+//!    dead before then (they need a full lease of listings without a change,
+//!    and this PUT landed after it started), so answering from owned shards
+//!    until then never serves data another owner changed.
 //!
 //! Fencing, not this controller, decides ownership: a claim bumps the shard's
 //! epoch and fences the previous owner, whose next write fails. The
@@ -24,20 +27,20 @@
 //! another serves), releases the shards one at a time, each to its new owner
 //! who is told at once, and finally deletes the heartbeat.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parking_lot::Mutex;
 use strata_engine::{Clock, EngineError, InstanceId, Shard};
 
-use super::heartbeat::{Heartbeat, Load, MemberState, HEARTBEAT_BYTES_MAX, HEARTBEAT_FORMAT};
-use super::membership::{Member, Membership, Sighting, MEMBERS_MAX};
+use super::claim::Claims;
+use super::heartbeat::{owned_bitmap, Heartbeat, Load, MemberState, HEARTBEAT_FORMAT};
+pub use super::io::{list_heartbeats, read_heartbeat};
+use super::membership::{Member, Membership, Sighting};
 use super::placement::{owner_of, Candidate};
 use crate::service::names;
 use crate::service::routing::{Owner, ShardIndex, ShardRouter, Slot};
@@ -58,6 +61,9 @@ const ANNOUNCE_ONLY: ShardIndex = ShardIndex(u32::MAX);
 const DEAD_LEASES: u64 = 10;
 /// Most dead heartbeats deleted in one beat.
 const DELETES_PER_BEAT_MAX: usize = 4;
+/// Most shards claimed in one beat (so that the heartbeat after them is not
+/// delayed past the lease by a burst of claims).
+const CLAIMS_PER_BEAT_MAX: usize = 8;
 /// Most heartbeats read in one beat.
 const READS_PER_BEAT_MAX: usize = 64;
 
@@ -74,8 +80,6 @@ pub struct FleetConfig {
     /// live member; so by default (`u64::MAX`) a heartbeat is read once, and
     /// the steady cost is one PUT and one LIST per beat.
     pub refresh_ms: u64,
-    /// How long a claim waits for a live previous owner to release.
-    pub handoff_grace_ms: u64,
 }
 
 impl FleetConfig {
@@ -86,7 +90,6 @@ impl FleetConfig {
             lease_ms,
             weight: 1,
             refresh_ms: u64::MAX,
-            handoff_grace_ms: heartbeat_ms + 1_000,
         }
     }
 }
@@ -103,8 +106,17 @@ pub trait ShardOpener: Send + Sync {
 /// member's heartbeat and claims what it should). Best effort: a lost hint
 /// only costs the hand-off grace.
 pub trait Peers: Send + Sync {
-    /// Tells the member at `url` that `from` released `shards` to it.
-    fn hint(&self, url: &str, from: InstanceId, shards: Vec<ShardIndex>) -> BoxFuture<()>;
+    /// Tells the member at `url` that `from` released `shards` to it (each
+    /// with the epoch of the claim it released).
+    fn hint(&self, url: &str, from: InstanceId, shards: Vec<(ShardIndex, u64)>) -> BoxFuture<()>;
+}
+
+/// A shard released to another member: which, and the epoch of the claim
+/// released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    pub shard: ShardIndex,
+    pub epoch: u64,
 }
 
 /// What the controller knows between beats.
@@ -112,10 +124,8 @@ struct View {
     membership: Membership,
     state: MemberState,
     beat: u64,
-    /// Shards members said they released (since the last placement).
-    released: HashMap<InstanceId, HashSet<ShardIndex>>,
-    /// When each shard placed here was first wanted (for the hand-off grace).
-    wanted_since: HashMap<ShardIndex, u64>,
+    /// The claim rule's memory (hints, holders waited for).
+    claims: Claims,
     store_reachable: bool,
     last_live: Vec<Member>,
     /// Append count at the last beat (for the rate in the load vector).
@@ -164,8 +174,7 @@ impl Fleet {
                 membership: Membership::new(config.lease_ms, config.refresh_ms),
                 state: MemberState::Serving,
                 beat: 0,
-                released: HashMap::new(),
-                wanted_since: HashMap::new(),
+                claims: Claims::default(),
                 store_reachable: true,
                 last_live: Vec::new(),
                 appends_at_beat: (now_ms, 0),
@@ -211,14 +220,16 @@ impl Fleet {
     /// heartbeat again and beat now (answered once this member has claimed
     /// what it should). A hint from a member the last listing did not show is
     /// ignored (hints cost a beat; only members may ask for one).
-    pub async fn hinted(&self, from: InstanceId, shards: Vec<ShardIndex>) {
+    pub async fn hinted(&self, from: InstanceId, shards: Vec<(ShardIndex, u64)>) {
         {
             let mut view = self.view.lock();
             if !view.membership.knows(&from) {
                 return;
             }
             view.membership.reread(&from);
-            view.released.entry(from).or_default().extend(shards);
+            let count = self.router().count();
+            view.claims
+                .released(from, shards.into_iter().filter(|(i, _)| i.0 < count));
         }
         self.beat().await;
     }
@@ -232,45 +243,40 @@ impl Fleet {
     /// One beat that releases at most `releases_max` shards; answers the
     /// members to hint (sent by the caller, outside the beat, so that two
     /// members handing shards to each other never wait on each other).
-    async fn beat_releasing(&self, releases_max: usize) -> Vec<(ShardIndex, Owner)> {
+    async fn beat_releasing(&self, releases_max: usize) -> Vec<(Released, Owner)> {
         let _one = self.beating.lock().await;
         if self.view.lock().stopped {
             return Vec::new();
         }
-        let started_ms = self.clock.now_ms();
-        let wrote = self.write_heartbeat().await;
-        if wrote {
-            self.router()
-                .renew_lease(started_ms + self.config.lease_ms.saturating_sub(LEASE_MARGIN_MS));
-        }
         let listed = self.refresh_membership().await;
-        self.note_reachability(wrote && listed);
-        if !self.router().leased() {
+        if !self.router().leased() && !self.router().owned().is_empty() {
             self.release_all("this instance's lease lapsed (store unreachable)")
                 .await;
-            return Vec::new();
         }
-        if wrote && listed {
+        let hints = if listed {
             self.place(releases_max).await
         } else {
             Vec::new()
+        };
+        // The heartbeat goes out after the beat's claims and releases, so its
+        // `owned` set is what this member serves (the claim rule of the others
+        // reads it).
+        let started_ms = self.clock.now_ms();
+        let wrote = self.write_heartbeat().await;
+        if wrote {
+            self.renew_lease(started_ms);
         }
+        self.note_reachability(wrote && listed);
+        hints
     }
 
-    async fn send_hints(&self, hints: Vec<(ShardIndex, Owner)>) {
-        let mut by_owner: HashMap<InstanceId, (String, Vec<ShardIndex>)> = HashMap::new();
-        for (shard, owner) in hints {
-            let shards = &mut by_owner
-                .entry(owner.instance)
-                .or_insert_with(|| (owner.url.clone(), Vec::new()))
-                .1;
-            if shard != ANNOUNCE_ONLY {
-                shards.push(shard);
-            }
-        }
-        for (_, (url, shards)) in by_owner {
-            self.peers.hint(&url, self.me, shards).await;
-        }
+    fn renew_lease(&self, put_started_ms: u64) {
+        self.router()
+            .renew_lease(put_started_ms + self.config.lease_ms.saturating_sub(LEASE_MARGIN_MS));
+    }
+
+    async fn send_hints(&self, hints: Vec<(Released, Owner)>) {
+        deliver_hints(&*self.peers, self.me, hints).await;
     }
 
     fn note_reachability(&self, reachable: bool) {
@@ -312,6 +318,7 @@ impl Fleet {
                 append_rate,
                 queue_depth,
             },
+            owned: owned_bitmap(owned.iter().map(|(index, _)| index.0)),
         }
     }
 
@@ -438,25 +445,17 @@ impl Fleet {
             state: view.state,
             weight: self.config.weight,
             load: Load::default(),
+            owned: owned_bitmap(self.router().owned().iter().map(|(index, _)| index.0)),
         }
     }
 
     /// Claims, releases (at most `releases_max`) and points every shard as
     /// placement says; answers the new owners of released shards.
-    async fn place(&self, releases_max: usize) -> Vec<(ShardIndex, Owner)> {
+    async fn place(&self, releases_max: usize) -> Vec<(Released, Owner)> {
         let mut hints = Vec::new();
         let live = self.live();
         let candidates: Vec<Candidate> = live.iter().map(Member::candidate).collect();
-        let as_serving: Vec<Candidate> = candidates
-            .iter()
-            .filter(|c| c.instance != self.me)
-            .map(|c| Candidate {
-                state: MemberState::Serving,
-                ..c.clone()
-            })
-            .collect();
-        let released = std::mem::take(&mut self.view.lock().released);
-        let live_ids: HashSet<InstanceId> = live.iter().map(|m| m.instance).collect();
+        let mut claims = 0usize;
         let url_of: HashMap<InstanceId, String> =
             live.iter().map(|m| (m.instance, m.url.clone())).collect();
         for shard in 0..self.router().count() {
@@ -464,18 +463,12 @@ impl Fleet {
             let owner = owner_of(shard, &candidates);
             match owner {
                 Some(owner) if owner == self.me => {
-                    // Who had it: as this member last pointed it, or else as
-                    // placement would give it without this member (draining
-                    // members counted: a member hands off what it had).
-                    let previous = match self.router().slot(index) {
-                        Slot::Elsewhere(owner) => Some(owner.instance),
-                        Slot::Owned(_) | Slot::Unowned => owner_of(shard, &as_serving),
-                    };
-                    self.keep_or_claim(index, previous, &live_ids, &released)
-                        .await;
+                    if self.wants_claim(index, &mut claims).await {
+                        self.claim(index).await;
+                    }
                 }
                 Some(owner) => {
-                    self.view.lock().wanted_since.remove(&index);
+                    self.view.lock().claims.not_ours(index);
                     let to = Owner {
                         instance: owner,
                         url: url_of.get(&owner).cloned().unwrap_or_default(),
@@ -485,8 +478,14 @@ impl Fleet {
                     if owned_here && hints.len() >= releases_max {
                         continue;
                     }
-                    if self.release_to(index, to.clone()).await {
-                        hints.push((index, to));
+                    if let Some(epoch) = self.release_to(index, to.clone()).await {
+                        hints.push((
+                            Released {
+                                shard: index,
+                                epoch,
+                            },
+                            to,
+                        ));
                     }
                 }
                 None => {
@@ -496,43 +495,58 @@ impl Fleet {
                 }
             }
         }
+
         hints
     }
 
-    async fn keep_or_claim(
-        &self,
-        index: ShardIndex,
-        previous: Option<InstanceId>,
-        live: &HashSet<InstanceId>,
-        released: &HashMap<InstanceId, HashSet<ShardIndex>>,
-    ) {
+    /// Whether shard `index` (placed here) is to be claimed in this beat.
+    async fn wants_claim(&self, index: ShardIndex, claims: &mut usize) -> bool {
         if let Slot::Owned(shard) = self.router().slot(index) {
             if matches!(
                 shard.status(),
                 strata_engine::ShardStatus::Active | strata_engine::ShardStatus::Recovering
             ) {
-                return;
+                return false;
             }
             tracing::warn!(shard = index.0, status = ?shard.status(), "fleet: an owned shard stopped (fenced?); claiming it again");
             self.router().place(index, Slot::Unowned);
         }
-        let now_ms = self.clock.now_ms();
-        let since = *self.view.lock().wanted_since.entry(index).or_insert(now_ms);
-        // A previous owner that is dead has nothing to hand off; a live one
-        // gets the grace to release it, or less if it says it did.
-        let polite = match previous {
-            None => true,
-            Some(p) => {
-                !live.contains(&p)
-                    || released
-                        .get(&p)
-                        .is_some_and(|shards| shards.contains(&index))
-                    || now_ms.saturating_sub(since) >= self.config.handoff_grace_ms
+        if *claims >= CLAIMS_PER_BEAT_MAX {
+            return false;
+        }
+        if self.may_claim(index).await {
+            *claims += 1;
+            return true;
+        }
+        false
+    }
+
+    /// The claim rule (`claim`) with the shard's holder read from its
+    /// manifest (one GET; an unreadable manifest: not this beat).
+    async fn may_claim(&self, index: ShardIndex) -> bool {
+        let Ok(name) = index.shard_name() else {
+            return false;
+        };
+        let holder = match strata_engine::admin::shard_holder(&self.store, &name).await {
+            Ok(holder) => holder,
+            Err(e) => {
+                tracing::warn!(shard = index.0, error = %e, "fleet: reading the shard's manifest failed; not claiming it this beat");
+                return false;
             }
         };
-        if polite {
-            self.claim(index).await;
-        }
+        let now_ms = self.clock.now_ms();
+        let mut view = self.view.lock();
+        let View {
+            membership, claims, ..
+        } = &mut *view;
+        claims.may_claim(
+            membership,
+            self.me,
+            index,
+            holder,
+            now_ms,
+            self.config.lease_ms,
+        )
     }
 
     async fn claim(&self, index: ShardIndex) {
@@ -542,7 +556,9 @@ impl Fleet {
                 let report = shard.last_recovery();
                 self.streams.forget_shard(index);
                 self.router().place(index, Slot::Owned(shard));
-                self.view.lock().wanted_since.remove(&index);
+                let mut view = self.view.lock();
+                view.claims.forget(index);
+                drop(view);
                 tracing::info!(
                     shard = index.0,
                     epoch = report.epoch,
@@ -569,19 +585,19 @@ impl Fleet {
 
     /// Points shard `index` at `to`; if it was owned here, flushes and stops
     /// it first and answers true (the new owner is to be told).
-    async fn release_to(&self, index: ShardIndex, to: Owner) -> bool {
+    async fn release_to(&self, index: ShardIndex, to: Owner) -> Option<u64> {
         let current = self.router().slot(index);
         let instance = to.instance;
         match current {
             Slot::Elsewhere(current)
                 if current.instance == to.instance && current.url == to.url =>
             {
-                return false;
+                return None;
             }
             Slot::Owned(_) => {}
             Slot::Elsewhere(_) | Slot::Unowned => {
                 self.router().place(index, Slot::Elsewhere(to));
-                return false;
+                return None;
             }
         }
         let handed = Owner {
@@ -591,11 +607,12 @@ impl Fleet {
         let previous = self.router().place(index, Slot::Elsewhere(handed));
         match previous {
             Slot::Owned(shard) => {
+                let epoch = shard.last_recovery().epoch;
                 stop_shard(index, &shard).await;
                 tracing::info!(shard = index.0, to = %instance, "fleet: shard handed off");
-                true
+                Some(epoch)
             }
-            _ => false,
+            _ => None,
         }
     }
 
@@ -618,7 +635,7 @@ impl Fleet {
         // The heartbeat says draining; every live member is told to read it
         // (they stop placing shards here), then the shards go one at a time.
         let announce = self.beat_releasing(0).await;
-        let others: Vec<(ShardIndex, Owner)> = self
+        let others: Vec<(Released, Owner)> = self
             .members()
             .into_iter()
             .filter(|m| m.instance != self.me)
@@ -628,7 +645,13 @@ impl Fleet {
                     url: m.url,
                     handed_off_here: false,
                 };
-                (ANNOUNCE_ONLY, owner)
+                (
+                    Released {
+                        shard: ANNOUNCE_ONLY,
+                        epoch: 0,
+                    },
+                    owner,
+                )
             })
             .collect();
         self.send_hints(announce.into_iter().chain(others).collect())
@@ -685,6 +708,22 @@ impl Fleet {
     }
 }
 
+/// Sends the hints of one beat, one request per receiving member.
+async fn deliver_hints(peers: &dyn Peers, me: InstanceId, hints: Vec<(Released, Owner)>) {
+    let mut by_owner: HashMap<InstanceId, (String, Vec<(ShardIndex, u64)>)> = HashMap::new();
+    for (shard, owner) in hints {
+        let shards = &mut by_owner
+            .entry(owner.instance)
+            .or_insert_with(|| (owner.url.clone(), Vec::new()))
+            .1;
+        if shard.shard != ANNOUNCE_ONLY {
+            shards.push((shard.shard, shard.epoch));
+        }
+    }
+    for (_, (url, shards)) in by_owner {
+        peers.hint(&url, me, shards).await;
+    }
+}
 async fn stop_shard(index: ShardIndex, shard: &Shard) {
     if tokio::time::timeout(RELEASE_TIMEOUT, shard.shutdown())
         .await
@@ -695,54 +734,5 @@ async fn stop_shard(index: ShardIndex, shard: &Shard) {
             "fleet: stopping a shard timed out; abandoning it (its next owner fences it)"
         );
         shard.crash();
-    }
-}
-
-/// The heartbeat objects under `fleet/` (at most [`MEMBERS_MAX`]).
-pub async fn list_heartbeats(
-    store: &Arc<dyn ObjectStore>,
-) -> Result<Vec<Sighting>, object_store::Error> {
-    let prefix = names::fleet_prefix();
-    let mut listing = store.list(Some(&prefix));
-    let mut out = Vec::new();
-    while let Some(meta) = listing.next().await {
-        let meta = meta?;
-        if let Some(instance) = names::fleet_instance_of(&meta.location) {
-            out.push(Sighting {
-                instance,
-                modified_ms: meta.last_modified.timestamp_millis().max(0) as u64,
-                e_tag: meta.e_tag,
-                size: meta.size,
-            });
-        }
-        if out.len() >= MEMBERS_MAX {
-            break;
-        }
-    }
-    Ok(out)
-}
-
-/// Reads and checks `instance`'s heartbeat (`None`: gone or invalid).
-pub async fn read_heartbeat(
-    store: &Arc<dyn ObjectStore>,
-    instance: &InstanceId,
-) -> Result<Option<Heartbeat>, object_store::Error> {
-    let path: Path = names::fleet_heartbeat(instance);
-    let got = match store.get(&path).await {
-        Ok(got) => got,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    if got.meta.size > HEARTBEAT_BYTES_MAX {
-        tracing::warn!(%instance, bytes = got.meta.size, "fleet: heartbeat too large; ignored");
-        return Ok(None);
-    }
-    let bytes = got.bytes().await?;
-    match Heartbeat::decode(instance, &bytes) {
-        Ok(hb) => Ok(Some(hb)),
-        Err(e) => {
-            tracing::warn!(%instance, error = %e, "fleet: heartbeat invalid; ignored");
-            Ok(None)
-        }
     }
 }

@@ -58,6 +58,24 @@ pub struct Heartbeat {
     /// 1..=64: its share of shards, relative to the others'.
     pub weight: u32,
     pub load: Load,
+    /// The shards it owned when it wrote this beat (after the beat's claims
+    /// and releases): a bitmap in hex, bit `i % 8` of byte `i / 8` for shard
+    /// `i`. A member that wants a shard this one holds claims it once a beat
+    /// shows it released (or a hint says so).
+    pub owned: String,
+}
+
+/// The `owned` bitmap of `shards`.
+pub fn owned_bitmap(shards: impl IntoIterator<Item = u32>) -> String {
+    let mut bytes: Vec<u8> = Vec::new();
+    for shard in shards {
+        let byte = (shard / 8) as usize;
+        if bytes.len() <= byte {
+            bytes.resize(byte + 1, 0);
+        }
+        bytes[byte] |= 1 << (shard % 8);
+    }
+    hex::encode(bytes)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,9 +90,20 @@ pub enum HeartbeatError {
     Url(String),
     #[error("heartbeat weight {0} is outside 1..={WEIGHT_MAX}")]
     Weight(u32),
+    #[error("heartbeat `owned` is not a hex bitmap")]
+    Owned,
 }
 
 impl Heartbeat {
+    /// Whether this beat says its member owned `shard`.
+    pub fn owns(&self, shard: u32) -> bool {
+        let byte = (shard / 8) as usize * 2;
+        self.owned
+            .get(byte..byte + 2)
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .is_some_and(|b| b & (1 << (shard % 8)) != 0)
+    }
+
     pub fn encode(&self) -> bytes::Bytes {
         // A struct of strings and integers always serialises.
         serde_json::to_vec(self).map_or_else(|_| bytes::Bytes::new(), bytes::Bytes::from)
@@ -95,6 +124,9 @@ impl Heartbeat {
         }
         check_url(&hb.url)?;
         check_weight(hb.weight)?;
+        if !hb.owned.len().is_multiple_of(2) || !hb.owned.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(HeartbeatError::Owned);
+        }
         Ok(hb)
     }
 }
@@ -136,7 +168,17 @@ mod tests {
             state: MemberState::Serving,
             weight: 1,
             load: Load::default(),
+            owned: owned_bitmap([0, 9]),
         }
+    }
+
+    #[test]
+    fn the_owned_bitmap_names_exactly_its_shards() {
+        let hb = beat();
+        assert_eq!(hb.owned, "0102");
+        let owned: Vec<u32> = (0..64).filter(|s| hb.owns(*s)).collect();
+        assert_eq!(owned, vec![0, 9]);
+        assert_eq!(owned_bitmap([]), "");
     }
 
     #[test]
@@ -165,6 +207,12 @@ mod tests {
                 "{url}"
             );
         }
+        let mut bad = hb.clone();
+        bad.owned = "0g".into();
+        assert!(matches!(
+            Heartbeat::decode(&id, &bad.encode()),
+            Err(HeartbeatError::Owned)
+        ));
         let mut bad = hb;
         bad.weight = 0;
         assert!(matches!(

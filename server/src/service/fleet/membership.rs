@@ -63,6 +63,24 @@ struct Known {
     heartbeat: Option<Heartbeat>,
     /// When the heartbeat was last read (0: never); `None`: read it now.
     read_ms: Option<u64>,
+    /// Since when listings have not shown it (`None`: the last one did).
+    absent_since_ms: Option<u64>,
+}
+
+/// Whether a member is live at `now_ms`. Shown by the listings: its last
+/// renewal is younger than the lease. Missing from them: it was live when
+/// it went missing, and has been missing for less than a lease (a listing
+/// may be partial; a member that believes itself live must not lose its
+/// shards before its own lease ends, and this observer cannot tell whether
+/// it renewed meanwhile).
+fn alive(known: &Known, now_ms: u64, lease_ms: u64) -> bool {
+    match known.absent_since_ms {
+        None => now_ms.saturating_sub(known.renewed_ms) < lease_ms,
+        Some(absent_ms) => {
+            absent_ms.saturating_sub(known.renewed_ms) < lease_ms
+                && now_ms.saturating_sub(absent_ms) < lease_ms
+        }
+    }
 }
 
 /// The live set as one member sees it; see the module header.
@@ -70,6 +88,8 @@ pub struct Membership {
     lease_ms: u64,
     refresh_ms: u64,
     known: HashMap<InstanceId, Known>,
+    /// When the last listing was folded in (`None`: never).
+    listed_ms: Option<u64>,
 }
 
 impl Membership {
@@ -78,22 +98,49 @@ impl Membership {
             lease_ms,
             refresh_ms,
             known: HashMap::new(),
+            listed_ms: None,
         }
     }
 
-    /// Folds in one complete listing taken at `now_ms`; answers the members
-    /// whose heartbeat must be read now. Members missing from the listing
-    /// are forgotten (their heartbeat was deleted: they left).
+    /// Folds in one listing taken at `now_ms`; answers the members whose
+    /// heartbeat must be read now. A member missing from the listing is not
+    /// taken for gone at once (see [`alive`]): it stays live for a lease of
+    /// absence, then is forgotten.
     pub fn observe(&mut self, now_ms: u64, listing: &[Sighting]) -> Vec<InstanceId> {
+        // After a gap in our own listings (this process stalled, or its
+        // listings failed), what we saw before says nothing about who renewed
+        // meanwhile: every known member counts as renewed now, so that no one
+        // is judged dead on our absence (it costs a later verdict, never a
+        // wrong one).
+        if self
+            .listed_ms
+            .is_some_and(|then| now_ms.saturating_sub(then) >= self.lease_ms / 2)
+        {
+            for known in self.known.values_mut() {
+                known.renewed_ms = known.renewed_ms.max(now_ms);
+                if known.absent_since_ms.is_some() {
+                    known.absent_since_ms = Some(now_ms);
+                }
+            }
+        }
+        self.listed_ms = Some(now_ms);
         let listed: HashMap<InstanceId, &Sighting> = listing
             .iter()
             .take(MEMBERS_MAX)
             .map(|s| (s.instance, s))
             .collect();
-        self.known.retain(|id, _| listed.contains_key(id));
+        for (id, known) in self.known.iter_mut() {
+            if !listed.contains_key(id) && known.absent_since_ms.is_none() {
+                known.absent_since_ms = Some(now_ms);
+            }
+        }
+        let lease_ms = self.lease_ms;
+        self.known
+            .retain(|id, k| listed.contains_key(id) || alive(k, now_ms, lease_ms));
         for (id, sighting) in listed {
             match self.known.get_mut(&id) {
                 Some(known) => {
+                    known.absent_since_ms = None;
                     if known.sighting != *sighting {
                         known.sighting = sighting.clone();
                         known.renewed_ms = now_ms;
@@ -108,6 +155,7 @@ impl Membership {
                             renewed_ms: now_ms.saturating_sub(age_ms),
                             heartbeat: None,
                             read_ms: None,
+                            absent_since_ms: None,
                         },
                     );
                 }
@@ -136,17 +184,34 @@ impl Membership {
         }
     }
 
-    /// Heartbeats not renewed for `dead_ms` (by this observer's clock): left
+    /// Heartbeats listed but not renewed for `dead_ms` (by this observer's
+    /// clock): left
     /// by processes that died, to be deleted (at most `max`, oldest first).
     pub fn long_dead(&self, now_ms: u64, dead_ms: u64, max: usize) -> Vec<InstanceId> {
         let mut dead: Vec<(u64, InstanceId)> = self
             .known
             .iter()
-            .filter(|(_, k)| now_ms.saturating_sub(k.renewed_ms) >= dead_ms)
+            .filter(|(_, k)| {
+                k.absent_since_ms.is_none() && now_ms.saturating_sub(k.renewed_ms) >= dead_ms
+            })
             .map(|(id, k)| (k.renewed_ms, *id))
             .collect();
         dead.sort_by_key(|(renewed_ms, id)| (*renewed_ms, id.0));
         dead.into_iter().take(max).map(|(_, id)| id).collect()
+    }
+
+    /// Whether `instance`'s heartbeat was renewed less than a lease ago (by
+    /// this observer's clock), whether or not its content could be read.
+    pub fn renewing(&self, instance: &InstanceId, now_ms: u64) -> bool {
+        self.known
+            .get(instance)
+            .is_some_and(|k| self.is_live(k, now_ms))
+    }
+
+    /// `instance`'s last heartbeat read, and when it was read.
+    pub fn heartbeat(&self, instance: &InstanceId) -> Option<(&Heartbeat, u64)> {
+        let known = self.known.get(instance)?;
+        Some((known.heartbeat.as_ref()?, known.read_ms?))
     }
 
     /// Whether the last listing showed `instance`'s heartbeat.
@@ -162,7 +227,7 @@ impl Membership {
     }
 
     fn is_live(&self, known: &Known, now_ms: u64) -> bool {
-        now_ms.saturating_sub(known.renewed_ms) < self.lease_ms
+        alive(known, now_ms, self.lease_ms)
     }
 
     /// The live members with a valid heartbeat, by instance id.
@@ -213,6 +278,7 @@ mod tests {
             state: MemberState::Serving,
             weight: 1,
             load: Load::default(),
+            owned: String::new(),
         }
     }
 
@@ -230,8 +296,10 @@ mod tests {
         // Changes keep it live long after the first sighting…
         m.observe(14_000, &[sighting(1, 17_000, "e2")]);
         assert_eq!(m.live(19_999).len(), 1);
-        // …and an unchanged listing does not renew it.
-        m.observe(19_000, &[sighting(1, 17_000, "e2")]);
+        // …and unchanged listings (every 2 s) do not renew it.
+        for at in [16_000, 18_000, 19_000] {
+            m.observe(at, &[sighting(1, 17_000, "e2")]);
+        }
         assert_eq!(m.live(19_999).len(), 1);
         assert!(
             m.live(20_000).is_empty(),
@@ -281,14 +349,42 @@ mod tests {
     }
 
     #[test]
-    fn a_deleted_heartbeat_leaves_and_an_unreadable_one_is_not_placed() {
+    fn a_missing_heartbeat_leaves_after_the_lease_and_an_unreadable_one_is_not_placed() {
         let mut m = Membership::new(6_000, 10_000);
         let (a, b) = (InstanceId([1; 16]), InstanceId([2; 16]));
         m.observe(0, &[sighting(1, 0, "e1"), sighting(2, 0, "e1")]);
         m.read(a, Some(heartbeat(1)), 0);
         m.read(b, None, 0);
         assert_eq!(m.live(0).len(), 1, "b's heartbeat did not decode");
-        m.observe(1_000, &[sighting(2, 1_000, "e2")]);
-        assert!(m.live(1_000).is_empty(), "a's heartbeat is gone: a left");
+        // A listing without a (deleted, or a partial listing) does not end a
+        // before its lease: a may still believe itself live.
+        for at in [1_000, 3_000, 5_000] {
+            m.observe(at, &[sighting(2, at, &format!("e{at}"))]);
+        }
+        assert_eq!(m.live(6_999).len(), 1);
+        assert!(m.live(7_000).is_empty(), "a lease of absence");
+        m.observe(7_000, &[sighting(2, 7_000, "e3")]);
+        assert!(!m.knows(&a), "forgotten once dead and unlisted");
+    }
+
+    /// After a gap in the observer's own listings, nobody is judged dead on
+    /// the strength of the observer's absence: the verdict waits a lease.
+    #[test]
+    fn a_gap_in_our_listings_judges_no_one_dead() {
+        let mut m = Membership::new(6_000, u64::MAX);
+        let a = InstanceId([1; 16]);
+        m.observe(0, &[sighting(1, 0, "e1")]);
+        m.read(a, Some(heartbeat(1)), 0);
+        // We stalled for 20 s; a's heartbeat is unchanged (it may have died,
+        // or the listing we get now may be stale): still live for a lease.
+        m.observe(20_000, &[sighting(1, 0, "e1")]);
+        assert_eq!(m.live(20_000).len(), 1);
+        for at in [22_000, 24_000, 26_000] {
+            m.observe(at, &[sighting(1, 0, "e1")]);
+        }
+        assert!(
+            m.live(26_000).is_empty(),
+            "a lease of our own listings without a change"
+        );
     }
 }

@@ -7,8 +7,10 @@
 //! of ownership. This module speaks no HTTP: forwarding and hints are the
 //! HTTP layer's (`http::forward`).
 
+mod claim;
 pub mod controller;
 pub mod heartbeat;
+mod io;
 pub mod membership;
 pub mod placement;
 pub mod status;

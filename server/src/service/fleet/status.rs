@@ -9,8 +9,8 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use serde::Serialize;
 
-use super::controller::{list_heartbeats, read_heartbeat};
 use super::heartbeat::{Load, MemberState};
+use super::io::{list_heartbeats, read_heartbeat};
 use super::placement::{owner_of, Candidate};
 use crate::service::routing::ShardIndex;
 

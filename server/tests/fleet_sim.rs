@@ -1,0 +1,465 @@
+//! A deterministic simulation of the fleet's controllers: three to five
+//! members over one in-memory store and one simulated clock, driven step by
+//! step from a seed. Each member's view of the store can be late (its beats
+//! paused), partial (heartbeats missing from its listings), contradictory
+//! (members disagree about who is live), or cut off (its heartbeat writes or
+//! listings fail); hand-off hints are delayed, reordered or lost; members
+//! crash and new ones join. After every step:
+//!
+//! * **safety** — no shard is served (`Location::Local`) by two members;
+//!
+//! and once the faults end and every member has beaten for twelve leases
+//! (convergence is usually a lease or two; a few seeds need more):
+//!
+//! * **liveness** — every shard is served by exactly one member, the one
+//!   placement names over the live members, and every other member points
+//!   at it.
+//!
+//! Views are only hidden or late for less than a lease (half a lease at
+//! most): a listing that misses a live member for a whole lease is
+//! indistinguishable from that member's death, which S3's strongly
+//! consistent listings rule out. `FLEET_SIM_SEEDS` (default 24) and
+//! `FLEET_SIM_SEED` (one seed) choose the seeds.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::{BoxStream, StreamExt};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStore, PutOptions, PutPayload, PutResult};
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use strata_engine::store::{Layered, StoreLayer, StoreOp};
+use strata_engine::{Clock, EngineEnv, InstanceId, SeededEntropy, ShardConfig};
+use strata_manifest::RetryPolicy;
+use strata_server::service::fleet::controller::BoxFuture;
+use strata_server::service::fleet::placement::{owner_of, Candidate};
+use strata_server::service::fleet::{EngineOpener, Fleet, FleetConfig, MemberState, Peers};
+use strata_server::service::registry::Registry;
+use strata_server::service::routing::{Location, ShardIndex, ShardRouter};
+use strata_server::service::{Streams, StreamsConfig};
+
+const SHARDS: u32 = 8;
+const HEARTBEAT_MS: u64 = 500;
+const LEASE_MS: u64 = 2_000;
+const STEPS: usize = 300;
+/// Leases of fault-free beats after which ownership must have settled.
+const SETTLE_LEASES: u64 = 12;
+
+struct SimClock(AtomicU64);
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// One member's window on the shared store, with its faults.
+#[derive(Debug)]
+struct View {
+    clock_ms: Arc<AtomicU64>,
+    /// Simulated time of each heartbeat's last write (shared by all views):
+    /// listings show it as the modification time.
+    written_ms: Arc<Mutex<HashMap<Path, u64>>>,
+    puts_fail: AtomicBool,
+    lists_fail: AtomicBool,
+    /// Heartbeats (by path) this member's listings leave out.
+    hidden: Mutex<HashSet<Path>>,
+}
+
+fn is_heartbeat(path: &Path) -> bool {
+    path.as_ref().starts_with("fleet/")
+}
+
+fn injected() -> object_store::Error {
+    object_store::Error::Generic {
+        store: "simulation",
+        source: "injected fault".into(),
+    }
+}
+
+#[async_trait]
+impl StoreLayer for View {
+    async fn before(&self, op: StoreOp, location: Option<&Path>) -> object_store::Result<()> {
+        let heartbeat = location.is_some_and(is_heartbeat);
+        match op {
+            StoreOp::Put if heartbeat && self.puts_fail.load(Ordering::SeqCst) => Err(injected()),
+            StoreOp::List if heartbeat && self.lists_fail.load(Ordering::SeqCst) => Err(injected()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn put_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let written = inner.put_opts(location, payload, opts).await?;
+        if is_heartbeat(location) {
+            let now = self.clock_ms.load(Ordering::SeqCst);
+            self.written_ms.lock().insert(location.clone(), now);
+        }
+        Ok(written)
+    }
+
+    fn list(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let listing = match offset {
+            Some(offset) => inner.list_with_offset(prefix, offset),
+            None => inner.list(prefix),
+        };
+        let hidden = self.hidden.lock().clone();
+        let written = self.written_ms.lock().clone();
+        listing
+            .filter(move |meta| {
+                let keep = meta
+                    .as_ref()
+                    .map_or(true, |m| !hidden.contains(&m.location));
+                std::future::ready(keep)
+            })
+            .map(move |meta| {
+                meta.map(|mut m| {
+                    if let Some(ms) = written.get(&m.location) {
+                        m.last_modified =
+                            chrono::DateTime::from_timestamp_millis(*ms as i64).unwrap_or_default();
+                    }
+                    m
+                })
+            })
+            .boxed()
+    }
+}
+
+/// Hints wait in a queue; the driver delivers, delays or drops them.
+type Hint = (String, InstanceId, Vec<(ShardIndex, u64)>);
+
+#[derive(Default)]
+struct Mailbox(Mutex<VecDeque<Hint>>);
+
+struct SimPeers(Arc<Mailbox>);
+
+impl Peers for SimPeers {
+    fn hint(&self, url: &str, from: InstanceId, shards: Vec<(ShardIndex, u64)>) -> BoxFuture<()> {
+        self.0 .0.lock().push_back((url.to_string(), from, shards));
+        Box::pin(async {})
+    }
+}
+
+struct Member {
+    id: InstanceId,
+    url: String,
+    fleet: Arc<Fleet>,
+    streams: Arc<Streams>,
+    view: Arc<Layered<View>>,
+    alive: bool,
+    /// Beats are skipped until this simulated time (a late process).
+    paused_until_ms: u64,
+}
+
+struct World {
+    clock: Arc<SimClock>,
+    store: Arc<dyn ObjectStore>,
+    written_ms: Arc<Mutex<HashMap<Path, u64>>>,
+    mailbox: Arc<Mailbox>,
+    members: Vec<Member>,
+    /// When each member's injected faults end (cleared by the driver).
+    faults_until_ms: Vec<u64>,
+    /// No new fault for a member before this time.
+    calm_until_ms: Vec<u64>,
+}
+
+impl World {
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    async fn join(&mut self, n: usize) {
+        let id = InstanceId([n as u8 + 1; 16]);
+        let url = format!("http://member-{n}");
+        let view = Arc::new(Layered::new(
+            self.store.clone(),
+            View {
+                clock_ms: Arc::new(AtomicU64::new(0)),
+                written_ms: self.written_ms.clone(),
+                puts_fail: AtomicBool::new(false),
+                lists_fail: AtomicBool::new(false),
+                hidden: Mutex::new(HashSet::new()),
+            },
+        ));
+        // The view reads the simulated clock through a shared counter.
+        let clock_ms = view.layer().clock_ms.clone();
+        clock_ms.store(self.now_ms(), Ordering::SeqCst);
+        let store: Arc<dyn ObjectStore> = view.clone();
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let registry = Registry::new(store.clone(), RetryPolicy::default(), self.now_ms());
+        let router = Arc::new(ShardRouter::fleet(SHARDS, clock.clone()).unwrap());
+        let streams = Arc::new(Streams::with_router(
+            registry,
+            router,
+            clock,
+            Arc::new(SeededEntropy::new(n as u64)),
+            StreamsConfig::default(),
+        ));
+        let config = ShardConfig {
+            chunk_cache: None,
+            ..ShardConfig::default()
+        };
+        let fleet = Fleet::new(
+            id,
+            FleetConfig::new(url.clone(), HEARTBEAT_MS, LEASE_MS),
+            store.clone(),
+            streams.clone(),
+            Arc::new(EngineOpener {
+                env: EngineEnv::production(store),
+                instance: id,
+                config,
+            }),
+            Arc::new(SimPeers(self.mailbox.clone())),
+        );
+        self.members.push(Member {
+            id,
+            url,
+            fleet,
+            streams,
+            view,
+            alive: true,
+            paused_until_ms: 0,
+        });
+        self.faults_until_ms.push(0);
+        self.calm_until_ms.push(0);
+    }
+
+    fn advance(&mut self, ms: u64) {
+        let now = self.clock.0.fetch_add(ms, Ordering::SeqCst) + ms;
+        for m in &self.members {
+            m.view.layer().clock_ms.store(now, Ordering::SeqCst);
+        }
+    }
+
+    async fn beat(&self, i: usize) {
+        let m = &self.members[i];
+        if m.alive && self.now_ms() >= m.paused_until_ms {
+            m.fleet.beat().await;
+        }
+    }
+
+    async fn deliver(&mut self, index: usize) {
+        let Some((url, from, shards)) = self.mailbox.0.lock().remove(index) else {
+            return;
+        };
+        if let Some(m) = self.members.iter().find(|m| m.url == url && m.alive) {
+            m.fleet.hinted(from, shards).await;
+        }
+    }
+
+    fn crash(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        m.alive = false;
+        for (_, shard) in m.streams.router().owned() {
+            shard.crash();
+        }
+    }
+
+    fn clear_faults(&mut self, i: usize) {
+        let layer = self.members[i].view.layer();
+        layer.puts_fail.store(false, Ordering::SeqCst);
+        layer.lists_fail.store(false, Ordering::SeqCst);
+        layer.hidden.lock().clear();
+        self.members[i].paused_until_ms = 0;
+    }
+
+    /// Safety: no shard is served by two members at once.
+    fn check_safety(&self, seed: u64, step: usize) {
+        for shard in 0..SHARDS {
+            let serving: Vec<usize> = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.alive)
+                .filter(|(_, m)| {
+                    matches!(
+                        m.streams.router().locate_index(ShardIndex(shard)),
+                        Location::Local(_)
+                    )
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if serving.len() > 1 {
+                for (i, m) in self.members.iter().enumerate() {
+                    let live: Vec<String> = m
+                        .fleet
+                        .members()
+                        .iter()
+                        .map(|x| format!("{}@{}ms", &x.instance.to_string()[..2], x.age_ms))
+                        .collect();
+                    eprintln!(
+                        "member {i} ({}) alive {} leased {} sees {live:?} written {:?}",
+                        &m.id.to_string()[..2],
+                        m.alive,
+                        m.streams.router().leased(),
+                        self.written_ms
+                            .lock()
+                            .get(&strata_server::service::names::fleet_heartbeat(&m.id))
+                    );
+                }
+            }
+            assert!(
+                serving.len() <= 1,
+                "seed {seed}, step {step}: shard {shard} served by members {serving:?}"
+            );
+        }
+    }
+
+    /// Liveness: each shard served by its placement owner alone, and the
+    /// others point at it.
+    fn check_settled(&self, seed: u64) {
+        let candidates: Vec<Candidate> = self
+            .members
+            .iter()
+            .filter(|m| m.alive)
+            .map(|m| Candidate {
+                instance: m.id,
+                weight: 1,
+                state: MemberState::Serving,
+            })
+            .collect();
+        for shard in 0..SHARDS {
+            let owner = owner_of(shard, &candidates).expect("a live member");
+            for m in self.members.iter().filter(|m| m.alive) {
+                let location = m.streams.router().locate_index(ShardIndex(shard));
+                let ok = match &location {
+                    Location::Local(_) => m.id == owner,
+                    Location::Elsewhere(o) => o.instance == owner && m.id != owner,
+                    Location::Moving | Location::Lapsed => false,
+                };
+                assert!(
+                    ok,
+                    "seed {seed}: shard {shard} not settled on member {:?}",
+                    m.id
+                );
+            }
+        }
+    }
+}
+
+async fn simulate(seed: u64) {
+    let trace = std::env::var("FLEET_SIM_TRACE").is_ok();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let written_ms = Arc::new(Mutex::new(HashMap::new()));
+    let mut world = World {
+        clock: Arc::new(SimClock(AtomicU64::new(1_800_000_000_000))),
+        store: Arc::new(InMemory::new()),
+        written_ms,
+        mailbox: Arc::default(),
+        members: Vec::new(),
+        faults_until_ms: Vec::new(),
+        calm_until_ms: Vec::new(),
+    };
+    let first = rng.random_range(2..=3);
+    for n in 0..first {
+        world.join(n).await;
+    }
+    for step in 0..STEPS {
+        world.advance(rng.random_range(0..=250));
+        let n = world.members.len();
+        let i = rng.random_range(0..n);
+        let now = world.now_ms();
+        // Faults end on time (a view is never wrong for a lease or more).
+        for j in 0..n {
+            if world.faults_until_ms[j] != 0 && now >= world.faults_until_ms[j] {
+                world.clear_faults(j);
+                // A lease without faults before the next one: a view is
+                // never wrong for a lease or more in a row.
+                world.calm_until_ms[j] = now + LEASE_MS;
+                world.faults_until_ms[j] = 0;
+            }
+        }
+        let roll = rng.random_range(0..100);
+        if trace {
+            eprintln!("step {step} t={} member {i} roll {roll}", now % 1_000_000);
+        }
+        match roll {
+            0..=54 => world.beat(i).await,
+            55..=69 => {
+                let queued = world.mailbox.0.lock().len();
+                if queued > 0 {
+                    let pick = rng.random_range(0..queued);
+                    if rng.random_range(0..5) == 0 {
+                        world.mailbox.0.lock().remove(pick); // lost
+                    } else {
+                        world.deliver(pick).await;
+                    }
+                }
+            }
+            70..=89 if world.faults_until_ms[i] == 0 && now >= world.calm_until_ms[i] => {
+                let until = now + rng.random_range(100..=LEASE_MS / 2);
+                world.faults_until_ms[i] = until;
+                let layer = world.members[i].view.layer();
+                match rng.random_range(0..4) {
+                    0 => layer.puts_fail.store(true, Ordering::SeqCst),
+                    1 => layer.lists_fail.store(true, Ordering::SeqCst),
+                    2 => {
+                        let other = rng.random_range(0..n);
+                        let path = strata_server::service::names::fleet_heartbeat(
+                            &world.members[other].id,
+                        );
+                        layer.hidden.lock().insert(path);
+                    }
+                    _ => world.members[i].paused_until_ms = until,
+                }
+            }
+            90..=94 if world.members.iter().filter(|m| m.alive).count() > 2 => world.crash(i),
+            95..=99 if n < 5 => world.join(n).await,
+            _ => world.beat(i).await,
+        }
+        world.check_safety(seed, step);
+    }
+    // The faults end; every member beats for a few leases; hints arrive.
+    for j in 0..world.members.len() {
+        world.clear_faults(j);
+    }
+    for _ in 0..(SETTLE_LEASES * LEASE_MS / HEARTBEAT_MS) {
+        world.advance(HEARTBEAT_MS);
+        for j in 0..world.members.len() {
+            world.beat(j).await;
+            world.check_safety(seed, STEPS);
+        }
+        while !world.mailbox.0.lock().is_empty() {
+            world.deliver(0).await;
+        }
+    }
+    world.check_settled(seed);
+}
+
+#[tokio::test]
+async fn fleet_views_that_are_late_partial_and_contradictory_never_serve_a_shard_twice() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "off".into()),
+        ))
+        .with_test_writer()
+        .try_init();
+    let seeds: Vec<u64> = match std::env::var("FLEET_SIM_SEED") {
+        Ok(seed) => vec![seed.parse().expect("FLEET_SIM_SEED is a number")],
+        Err(_) => {
+            let count = std::env::var("FLEET_SIM_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(24u64);
+            (0..count).collect()
+        }
+    };
+    for seed in seeds {
+        simulate(seed).await;
+    }
+}
