@@ -109,18 +109,37 @@ impl Fleet {
     }
 }
 
+/// Creates `stream` through the members in turn: while the fleet forms,
+/// shards move and a create may get a retryable 503 (bounded retries).
+async fn create(client: &reqwest::Client, bases: &[String], stream: &str) {
+    for attempt in 0..200 {
+        let base = &bases[attempt % bases.len()];
+        let answer = client
+            .put(format!("{base}/v1/stream/{stream}"))
+            .header("content-type", "application/json")
+            .send()
+            .await;
+        match answer {
+            Ok(r) if r.status().is_success() => return,
+            Ok(r) if r.status() == 503 => {}
+            Ok(r) => panic!(
+                "create {stream}: {} {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            ),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("create {stream}: no member accepted it");
+}
+
 async fn fleet_under_load(store: &str, extra: &[&str]) {
     let mut fleet = Fleet::start(store, extra).await;
     let bases: Vec<String> = (0..MEMBERS).map(|i| fleet.base(i)).collect();
     let client = client();
     for p in 0..PRODUCERS {
-        let r = client
-            .put(format!("{}/v1/stream/fleet-{p}", bases[p % MEMBERS]))
-            .header("content-type", "application/json")
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "create: {}", r.status());
+        create(&client, &bases, &format!("fleet-{p}")).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let tallies: Vec<Arc<Mutex<Tally>>> = (0..PRODUCERS).map(|_| Arc::default()).collect();

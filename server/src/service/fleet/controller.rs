@@ -237,7 +237,10 @@ impl Fleet {
     /// One beat; see the module header.
     pub async fn beat(&self) {
         let hints = self.beat_releasing(usize::MAX).await;
-        self.send_hints(hints).await;
+        // Hints go out in the background: a receiver answers after its own
+        // claims, and this member's next beat must not wait for that.
+        let (peers, me) = (self.peers.clone(), self.me);
+        tokio::spawn(async move { deliver_hints(&*peers, me, hints).await });
     }
 
     /// One beat that releases at most `releases_max` shards; answers the
@@ -456,6 +459,7 @@ impl Fleet {
         let live = self.live();
         let candidates: Vec<Candidate> = live.iter().map(Member::candidate).collect();
         let mut claims = 0usize;
+        let mut to_claim: Vec<ShardIndex> = Vec::new();
         let url_of: HashMap<InstanceId, String> =
             live.iter().map(|m| (m.instance, m.url.clone())).collect();
         for shard in 0..self.router().count() {
@@ -464,7 +468,7 @@ impl Fleet {
             match owner {
                 Some(owner) if owner == self.me => {
                     if self.wants_claim(index, &mut claims).await {
-                        self.claim(index).await;
+                        to_claim.push(index);
                     }
                 }
                 Some(owner) => {
@@ -496,6 +500,9 @@ impl Fleet {
             }
         }
 
+        // Claims run side by side: a survivor that inherits several shards
+        // does not make the last one wait for all the others.
+        futures::future::join_all(to_claim.into_iter().map(|index| self.claim(index))).await;
         hints
     }
 
