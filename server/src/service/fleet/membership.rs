@@ -112,11 +112,17 @@ impl Membership {
         // meanwhile: every known member counts as renewed now, so that no one
         // is judged dead on our absence (it costs a later verdict, never a
         // wrong one).
-        if self
+        // Only members that were live at our previous listing: one already
+        // dead then stays dead (our own pause does not revive it).
+        if let Some(then) = self
             .listed_ms
-            .is_some_and(|then| now_ms.saturating_sub(then) >= self.lease_ms / 2)
+            .filter(|then| now_ms.saturating_sub(*then) >= self.lease_ms / 2)
         {
+            let lease_ms = self.lease_ms;
             for known in self.known.values_mut() {
+                if !alive(known, then, lease_ms) {
+                    continue;
+                }
                 known.renewed_ms = known.renewed_ms.max(now_ms);
                 if known.absent_since_ms.is_some() {
                     known.absent_since_ms = Some(now_ms);
@@ -385,6 +391,12 @@ mod tests {
         assert!(
             m.live(26_000).is_empty(),
             "a lease of our own listings without a change"
+        );
+        // A member already dead before our next pause is not revived by it.
+        m.observe(60_000, &[sighting(1, 0, "e1")]);
+        assert!(
+            m.live(60_000).is_empty(),
+            "dead before the gap, dead after it"
         );
     }
 }
