@@ -4,6 +4,11 @@
 # conformance/fleet-clients.mjs). Uses the conformance suite's node_modules
 # (@durable-streams/client comes with it).
 #
+# The upstream IdempotentProducer does not retry a 503 (it reports it and drops
+# the batch), so this passes only because a forwarding member keeps small
+# bodies and sends them again once a dead owner's shard has moved, instead of
+# answering 503 (server/src/http/fleet.rs).
+#
 #   conformance/fleet-clients.sh            build (debug) and run
 #   STRATA_BIN=path conformance/fleet-clients.sh
 set -euo pipefail

@@ -31,8 +31,8 @@ use hyper::body::Incoming;
 use strata_engine::InstanceId;
 
 use super::common::{
-    empty, ApiError, ApiResult, AppState, Body, FleetHttp, FleetRouting, LiveSlot, PeerClient,
-    REPLAY_TO,
+    empty, ApiError, ApiResult, AppState, Body, FleetHttp, FleetRouting, LiveSlot, PeerBody,
+    PeerClient, REPLAY_TO,
 };
 use crate::service::fleet::{controller::BoxFuture, Peers};
 use crate::service::routing::{Location, Owner, ShardIndex, LAPSED};
@@ -49,6 +49,10 @@ pub const HINT_SHARDS: &str = "strata-fleet-released";
 const HINT_SHARDS_MAX: usize = 4096;
 /// The path of the hand-off hint.
 pub const HINT_PATH: &str = "/v1/fleet/hint";
+/// Most forwarding attempts of one request (each after the shard moved).
+const FORWARD_ATTEMPTS_MAX: u32 = 4;
+/// Largest request body kept for a second forwarding attempt.
+const FORWARD_RETRY_BYTES_MAX: u64 = 1 << 20;
 /// Longest a request waits for a moving shard.
 pub const MOVE_WAIT_MAX: Duration = Duration::from_secs(5);
 /// Longest a hint waits for its answer (the receiver claims first).
@@ -139,6 +143,7 @@ pub async fn decide(
 /// budget (refused with `live_code` when spent), as a local one does.
 pub async fn forward(
     state: Arc<AppState>,
+    index: ShardIndex,
     owner: Owner,
     request: Request<Incoming>,
     live_code: &'static str,
@@ -151,46 +156,156 @@ pub async fn forward(
         )
     })?;
     let (parts, body) = request.into_parts();
-    let uri = owner_uri(&owner.url, &parts.uri).ok_or_else(|| {
-        ApiError::from_service(
-            &ServiceError::Unavailable(format!("the owner's URL {:?} is not usable", owner.url)),
-            "unavailable",
-        )
-    })?;
-    let mut outbound = Request::builder()
-        .method(parts.method)
-        .uri(uri)
-        .body(body.boxed())
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    // `Host` is kept: answers that name URLs (the `__ds` callback and key
-    // URLs) name the member the client asked.
-    copy_end_to_end(&parts.headers, outbound.headers_mut());
-    if let Ok(me) = HeaderValue::from_str(&fleet.fleet.instance().to_string()) {
-        outbound
-            .headers_mut()
-            .insert(HeaderName::from_static(FORWARDED_BY), me);
-    }
-    // The answer's headers come within the longest wait the owner may take.
-    let bound = state.config.append_timeout + state.config.long_poll_timeout + MOVE_WAIT_MAX;
-    let ticket = state.live_ticket();
-    let asked = tokio::time::timeout(bound, fleet.client.request(outbound));
-    let answer = tokio::select! {
-        answer = asked => answer,
-        // This member stops: a forwarded wait (a long-poll) ends, retryably.
-        _ = state.closed(ticket) => return Err(ApiError::from_service(
-            &ServiceError::Unavailable("this server is shutting down; retry".into()),
-            "unavailable",
-        )),
+    // A small body is kept, so that a request the owner never received (it
+    // died: the connection was refused) can be sent again once the shard
+    // moved, instead of failing; a larger one is streamed, once.
+    let mut body = Some(body);
+    let kept = match declared_length(&parts.headers) {
+        Some(length) if length <= FORWARD_RETRY_BYTES_MAX => match body.take() {
+            Some(incoming) => Some(
+                http_body_util::Limited::new(incoming, FORWARD_RETRY_BYTES_MAX as usize)
+                    .collect()
+                    .await
+                    .map_err(|e| {
+                        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.to_string())
+                    })?
+                    .to_bytes(),
+            ),
+            None => None,
+        },
+        _ => None,
     };
-    let answer = match answer {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => {
-            // Once per request to an owner that is down: debug, not warn (the
-            // owner's death is logged once, when its shards move).
-            tracing::debug!(owner = %owner.url, error = %e, "fleet: forwarding failed");
-            return Err(unreachable_owner(&owner));
+    let repeatable = matches!(parts.method, http::Method::GET | http::Method::HEAD)
+        || parts.headers.contains_key("producer-id");
+    let started = tokio::time::Instant::now();
+    let mut owner = owner;
+    let mut attempts = 0;
+    let answer = loop {
+        attempts += 1;
+        let outbound_body = match (&kept, body.take()) {
+            (Some(bytes), _) => http_body_util::Full::new(bytes.clone())
+                .map_err(|never| match never {})
+                .boxed(),
+            (None, Some(incoming)) => incoming.boxed(),
+            (None, None) => return Err(unreachable_owner(&owner)),
+        };
+        match send(&state, fleet, &owner, &parts, outbound_body).await? {
+            // The owner handed the shard off meanwhile (503 naming where it
+            // went; nothing applied): send it on once the shard has moved.
+            Sent::Answer(answer)
+                if answer.status() == StatusCode::SERVICE_UNAVAILABLE
+                    && answer.headers().contains_key(REPLAY_TO)
+                    && kept.is_some()
+                    && attempts < FORWARD_ATTEMPTS_MAX =>
+            {
+                let named = answer
+                    .headers()
+                    .get(REPLAY_TO)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+                    .unwrap_or_default();
+                if named != fleet.fleet.url() {
+                    // Sent where the owner says the shard went.
+                    owner = Owner {
+                        instance: InstanceId([0; 16]),
+                        url: named,
+                        handed_off_here: false,
+                    };
+                    continue;
+                }
+                // It says the shard came to us. Unless we handed it off
+                // ourselves or are draining (then the views disagree: answer
+                // now), wait for our claim and serve it here.
+                let handed_off = matches!(
+                    state.streams.router().locate_index(index),
+                    Location::Elsewhere(Owner {
+                        handed_off_here: true,
+                        ..
+                    })
+                );
+                if handed_off || fleet.fleet.draining() {
+                    break answer;
+                }
+                let left = state
+                    .config
+                    .append_timeout
+                    .saturating_sub(started.elapsed());
+                match state
+                    .streams
+                    .router()
+                    .moved_from(index, owner.instance, left)
+                    .await
+                {
+                    Location::Local(_) => {
+                        owner = Owner {
+                            instance: fleet.fleet.instance(),
+                            url: fleet.fleet.url().to_string(),
+                            handed_off_here: false,
+                        }
+                    }
+                    Location::Elsewhere(_) | Location::Moving | Location::Lapsed => break answer,
+                }
+            }
+            Sent::Answer(answer) => break answer,
+            Sent::Failed if kept.is_some() && repeatable && attempts < FORWARD_ATTEMPTS_MAX => {
+                // A read, or a producer's write (deduplicated by its
+                // sequence), may be sent again even if it reached the owner:
+                // at once the first time (a pooled connection the owner had
+                // closed), then once the shard has left the owner.
+                if attempts == 1 {
+                    continue;
+                }
+                let left = state
+                    .config
+                    .append_timeout
+                    .saturating_sub(started.elapsed());
+                match state
+                    .streams
+                    .router()
+                    .moved_from(index, owner.instance, left)
+                    .await
+                {
+                    Location::Local(_) => {
+                        owner = Owner {
+                            instance: fleet.fleet.instance(),
+                            url: fleet.fleet.url().to_string(),
+                            handed_off_here: false,
+                        }
+                    }
+                    Location::Elsewhere(next) => owner = next,
+                    Location::Moving | Location::Lapsed => return Err(unreachable_owner(&owner)),
+                }
+            }
+            Sent::NotDelivered if kept.is_some() && attempts < FORWARD_ATTEMPTS_MAX => {
+                if attempts == 1 {
+                    continue;
+                }
+                // Wait (bounded by the append timeout) for the shard to leave
+                // the dead owner, then send it where it went (here included:
+                // to our own listener, as a forwarded request).
+                let left = state
+                    .config
+                    .append_timeout
+                    .saturating_sub(started.elapsed());
+                match state
+                    .streams
+                    .router()
+                    .moved_from(index, owner.instance, left)
+                    .await
+                {
+                    Location::Local(_) => {
+                        owner = Owner {
+                            instance: fleet.fleet.instance(),
+                            url: fleet.fleet.url().to_string(),
+                            handed_off_here: false,
+                        }
+                    }
+                    Location::Elsewhere(next) => owner = next,
+                    Location::Moving | Location::Lapsed => return Err(unreachable_owner(&owner)),
+                }
+            }
+            Sent::NotDelivered | Sent::Failed => return Err(unreachable_owner(&owner)),
         }
-        Err(_) => return Err(unreachable_owner(&owner)),
     };
     let (parts, body) = answer.into_parts();
     let live = parts
@@ -212,6 +327,80 @@ pub async fn forward(
             .insert(HeaderName::from_static(REPLAY_TO), url);
     }
     Ok(response)
+}
+
+/// What became of one forwarding attempt.
+enum Sent {
+    Answer(Response<Incoming>),
+    /// The owner never got the request (no connection): it may be sent again.
+    NotDelivered,
+    /// It may have reached the owner; not sent again.
+    Failed,
+}
+
+/// One forwarding attempt of the request in `parts` with `body` to `owner`.
+async fn send(
+    state: &AppState,
+    fleet: &FleetHttp,
+    owner: &Owner,
+    parts: &http::request::Parts,
+    body: PeerBody,
+) -> Result<Sent, ApiError> {
+    let uri = owner_uri(&owner.url, &parts.uri).ok_or_else(|| {
+        ApiError::from_service(
+            &ServiceError::Unavailable(format!("the owner's URL {:?} is not usable", owner.url)),
+            "unavailable",
+        )
+    })?;
+    let mut outbound = Request::builder()
+        .method(parts.method.clone())
+        .uri(uri)
+        .body(body)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    // `Host` is kept: answers that name URLs (the `__ds` callback and key
+    // URLs) name the member the client asked.
+    copy_end_to_end(&parts.headers, outbound.headers_mut());
+    if let Ok(me) = HeaderValue::from_str(&fleet.fleet.instance().to_string()) {
+        outbound
+            .headers_mut()
+            .insert(HeaderName::from_static(FORWARDED_BY), me);
+    }
+    // The answer's headers come within the longest wait the owner may take.
+    let bound = state.config.append_timeout + state.config.long_poll_timeout + MOVE_WAIT_MAX;
+    let ticket = state.live_ticket();
+    let asked = tokio::time::timeout(bound, fleet.client.request(outbound));
+    let answer = tokio::select! {
+        answer = asked => answer,
+        // This member stops: a forwarded wait (a long-poll) ends, retryably.
+        _ = state.closed(ticket) => return Err(ApiError::from_service(
+            &ServiceError::Unavailable("this server is shutting down; retry".into()),
+            "unavailable",
+        )),
+    };
+    Ok(match answer {
+        Ok(Ok(answer)) => Sent::Answer(answer),
+        Ok(Err(e)) if e.is_connect() => {
+            tracing::debug!(owner = %owner.url, error = %e, "fleet: the owner refused the connection");
+            Sent::NotDelivered
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(owner = %owner.url, error = %e, "fleet: forwarding failed");
+            Sent::Failed
+        }
+        Err(_) => Sent::Failed,
+    })
+}
+
+/// The request's `Content-Length` (0 for a request without a body header
+/// that is not chunked).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    if headers.contains_key(http::header::TRANSFER_ENCODING) {
+        return None;
+    }
+    match headers.get(http::header::CONTENT_LENGTH) {
+        Some(value) => value.to_str().ok()?.parse().ok(),
+        None => Some(0),
+    }
 }
 
 fn unreachable_owner(owner: &Owner) -> ApiError {

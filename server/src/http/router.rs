@@ -172,7 +172,7 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
                     } else {
                         raw::errors::LIVE_CAPACITY_CODE
                     };
-                    return fleet_http::forward(state.clone(), owner, request, live_code)
+                    return fleet_http::forward(state.clone(), index, owner, request, live_code)
                         .await
                         .map_err(|e| if product { e.product() } else { e });
                 }

@@ -197,6 +197,36 @@ impl ShardRouter {
         }
     }
 
+    /// Waits (at most `wait`) until shard `index` is served somewhere other
+    /// than by `from` (a member that stopped answering): here, or by another
+    /// member. Answers where it is then.
+    pub async fn moved_from(
+        &self,
+        index: ShardIndex,
+        from: InstanceId,
+        wait: std::time::Duration,
+    ) -> Location {
+        let mut changes = self.changes.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let location = self.locate_index(index);
+            let moved = match &location {
+                Location::Local(_) => true,
+                Location::Elsewhere(owner) => owner.instance != from,
+                Location::Moving | Location::Lapsed => false,
+            };
+            if moved {
+                return location;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                return self.locate_index(index);
+            }
+        }
+    }
+
     /// The slot of shard `index`.
     pub fn slot(&self, index: ShardIndex) -> Slot {
         self.slots[index.0 as usize].read().clone()

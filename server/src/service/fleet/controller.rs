@@ -194,6 +194,11 @@ impl Fleet {
         self.me
     }
 
+    /// How other members and clients reach this one.
+    pub fn url(&self) -> &str {
+        &self.config.advertise_url
+    }
+
     /// Whether this member is draining (it claims nothing more).
     pub fn draining(&self) -> bool {
         self.view.lock().state == MemberState::Draining
