@@ -13,6 +13,7 @@ use super::error::ServiceError;
 use super::media::{is_json, media_type};
 use super::model::{CreateMode, CreateOutcome, CreateSpec, Expiry, StreamsConfig};
 use super::registry::{Descriptor, StreamState, DESCRIPTOR_FORMAT};
+use super::routing::stream_ref;
 use super::streams::Streams;
 use crate::ds::json;
 use hex::encode as hex;
@@ -160,6 +161,7 @@ impl Streams {
         }
         // A retry also repairs a catalog entry lost between the two writes.
         self.list_in_catalog(d).await?;
+        self.repair_engine_stream(d, spec, key).await?;
         let levels = self.chain(project, existing.clone(), key).await?;
         let (tail, closed) = Self::tail_of(&levels[0])?;
         Ok(CreateOutcome {
@@ -168,6 +170,34 @@ impl Streams {
             tail,
             closed,
         })
+    }
+
+    /// A create whose descriptor landed but whose engine stream did not (the
+    /// server stopped, or lost the shard to another fleet member, between the
+    /// two writes) is finished by its retry: the incarnation is created in
+    /// the engine (idempotent for the same key), with the create's own
+    /// records and close. Forks are left as they are.
+    async fn repair_engine_stream(
+        &self,
+        d: &Descriptor,
+        spec: &CreateSpec,
+        key: &StreamKey,
+    ) -> Result<(), ServiceError> {
+        let stream = stream_ref(d)?;
+        let shard = self.shards.shard_for(&stream.id)?;
+        if d.fork.is_some() || shard.stream_info(&stream).is_some() {
+            return Ok(());
+        }
+        tracing::warn!(name = %d.name, "a create met its descriptor without its records' stream; finishing the create");
+        let cipher = self.ciphers.cipher_for(d, key)?;
+        shard.create_stream(stream, &cipher).await?;
+        let records = self.records_of(&d.content_type, &spec.body, true)?;
+        if !records.is_empty() || spec.closed {
+            let mut request = AppendRequest::new(stream, cipher, records);
+            request.close = spec.closed;
+            shard.append(request).await?;
+        }
+        Ok(())
     }
 
     /// A raw create against an existing stream compares only protocol fields.
