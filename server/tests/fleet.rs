@@ -94,18 +94,14 @@ impl Fleet {
         let pid = member.child.id() as i32;
         // SAFETY: signalling a child process this test owns.
         unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = member.child.try_wait().expect("wait") {
-                assert!(status.success(), "member {i} exited with {status}");
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "member {i} did not exit after SIGTERM"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // Waits on the process's exit itself (bounded), not on a poll.
+        let exited = tokio::task::spawn_blocking(move || member.child.wait());
+        let status = tokio::time::timeout(Duration::from_secs(60), exited)
+            .await
+            .unwrap_or_else(|_| panic!("member {i} did not exit after SIGTERM"))
+            .expect("the wait task")
+            .expect("wait");
+        assert!(status.success(), "member {i} exited with {status}");
     }
 }
 

@@ -136,3 +136,22 @@ fn open_page_with_a_wrong_key_fails_cleanly() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("STRATA_STREAM_KEY"));
 }
+
+/// A base64url key may start with `-` (one in 64 generated keys does): it is
+/// still read as the value of `--key`, not as a flag.
+#[test]
+fn a_key_that_starts_with_a_dash_is_a_value() {
+    let fp = strata(
+        &[
+            "keys",
+            "fingerprint",
+            "--epoch",
+            EPOCH,
+            "--key",
+            "-xPc2vJvHRxlQkwHT_NfWh_tY_mC1h20lXK-VC1IL1A",
+        ],
+        None,
+        None,
+    );
+    assert_eq!(stdout(&fp).trim().len(), 32);
+}

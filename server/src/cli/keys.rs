@@ -56,10 +56,11 @@ pub enum KeysCommand {
         #[arg(long)]
         epoch: String,
         /// Stream key; or set STRATA_STREAM_KEY; or give --subkey instead.
-        #[arg(long)]
+        /// (A base64url key may start with `-`.)
+        #[arg(long, allow_hyphen_values = true)]
         key: Option<String>,
         /// The page's routing-key subkey (base64url, base64 or hex).
-        #[arg(long, conflicts_with = "key")]
+        #[arg(long, conflicts_with = "key", allow_hyphen_values = true)]
         subkey: Option<String>,
         /// File with the page's bytes ("-" or absent: standard input).
         input: Option<String>,
@@ -77,8 +78,9 @@ pub struct KeyAndEpoch {
     /// Stream epoch (hex), as the stream's descriptor shows it.
     #[arg(long)]
     epoch: String,
-    /// Stream key (base64url or base64); or set STRATA_STREAM_KEY.
-    #[arg(long)]
+    /// Stream key (base64url or base64); or set STRATA_STREAM_KEY. (A
+    /// base64url key may start with `-`.)
+    #[arg(long, allow_hyphen_values = true)]
     key: Option<String>,
 }
 
