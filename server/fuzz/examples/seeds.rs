@@ -64,12 +64,20 @@ fn main() {
         key: &key,
         routing_key: b"rk",
     };
-    write("product_tokens", "key-cursor", scope.encode(12_345).as_bytes());
+    write(
+        "product_tokens",
+        "key-cursor",
+        scope.encode(12_345).as_bytes(),
+    );
     let catalog = strata_server::service::catalog::CatalogCursor {
         bucket: 3,
         after: "orders/eu".into(),
     };
-    write("product_tokens", "catalog-cursor", catalog.encode().as_bytes());
+    write(
+        "product_tokens",
+        "catalog-cursor",
+        catalog.encode().as_bytes(),
+    );
     let docs: [(&str, &str); 4] = [
         ("json", r#"{"format":{"kind":"json"}}"#),
         (

@@ -53,6 +53,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(bucket) = BucketCodec::decode(&bytes) {
         assert!(bucket.entries.windows(2).all(|w| w[0].name < w[1].name));
         let encoded = BucketCodec::encode(&bucket).expect("encodes");
-        assert_eq!(BucketCodec::decode(&encoded).expect("decodes").entries, bucket.entries);
+        assert_eq!(
+            BucketCodec::decode(&encoded).expect("decodes").entries,
+            bucket.entries
+        );
     }
 });

@@ -4,8 +4,9 @@
 //! with the body.
 //!
 //! Properties: no panic; every refusal is a 4xx with a JSON error body (bad
-//! input never answers 5xx); with tokens configured, only `OPTIONS` and
-//! `/healthz` pass without a matching bearer token; a parsed stream name obeys
+//! input never answers 5xx); with tokens configured, only `OPTIONS`,
+//! `/healthz` and the fleet hint pass without a matching bearer token (a
+//! hint is checked against the bucket, not a token); a parsed stream name obeys
 //! the naming rules and comes back from its own (percent-escaped) path; a
 //! read's offset prints back to its text and live reads carry one; producer
 //! headers, `Stream-Seq`, TTL and fork headers obey their limits; an append's
@@ -20,8 +21,8 @@ use http::{HeaderMap, Method};
 use libfuzzer_sys::fuzz_target;
 use strata_segments::StreamKey;
 use strata_server::ds::offsets::{Offset, OffsetParam};
-use strata_server::http::raw::{self, StreamOp, PREFIX};
 use strata_server::http::product::{self, ProductRoute};
+use strata_server::http::raw::{self, StreamOp, PREFIX};
 use strata_server::http::{parse_request, ApiError, Command, ParseConfig};
 use strata_server::service::tenancy::Tenancy;
 
@@ -55,6 +56,7 @@ enum PathChoice {
     Ds(String),
     Subscription(String, Option<String>),
     Health,
+    FleetHint,
     Raw(String),
     /// `/v1/streams/{name}{suffix}`.
     Product(String, ProductSuffix),
@@ -96,6 +98,8 @@ enum HeaderChoice {
     Authorization,
     Host,
     IfNoneMatch,
+    FleetFrom,
+    FleetReleased,
     Other(String),
 }
 
@@ -180,6 +184,7 @@ fuzz_target!(|input: Input| {
             format!("{PREFIX}__ds/subscriptions/{id}/{tail}")
         }
         PathChoice::Health => "/healthz".to_string(),
+        PathChoice::FleetHint => "/v1/fleet/hint".to_string(),
         PathChoice::Raw(p) => p.clone(),
         PathChoice::Product(name, suffix) => {
             let suffix = match suffix {
@@ -230,6 +235,8 @@ fuzz_target!(|input: Input| {
             HeaderChoice::Authorization => "authorization",
             HeaderChoice::Host => "host",
             HeaderChoice::IfNoneMatch => "if-none-match",
+            HeaderChoice::FleetFrom => "strata-fleet-from",
+            HeaderChoice::FleetReleased => "strata-fleet-released",
             HeaderChoice::Other(o) => o.as_str(),
         };
         let (Ok(name), Ok(value)) = (
@@ -257,7 +264,11 @@ fuzz_target!(|input: Input| {
         Ok(command) => command,
         Err(e) => return check_error(e),
     };
-    if !tokens.is_empty() && !matches!(command, Command::Preflight | Command::Health) {
+    let unauthenticated = matches!(
+        command,
+        Command::Preflight | Command::Health | Command::FleetHint(_)
+    );
+    if !tokens.is_empty() && !unauthenticated {
         let bearer = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -268,6 +279,13 @@ fuzz_target!(|input: Input| {
         Command::Preflight => assert_eq!(method, Method::OPTIONS),
         Command::Health => assert_eq!(path, "/healthz"),
         Command::Subscriptions(_) => assert!(path.starts_with(&format!("{PREFIX}__ds/"))),
+        Command::FleetHint(hint) => {
+            assert_eq!(method, Method::POST);
+            assert_eq!(path, "/v1/fleet/hint");
+            if let Some(hint) = hint {
+                assert!(hint.shards.len() <= 4096);
+            }
+        }
         Command::Product { route, .. } => {
             assert!(path.starts_with(product::PREFIX));
             if let ProductRoute::Collection { name, .. } = route {

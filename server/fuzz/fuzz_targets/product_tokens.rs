@@ -24,7 +24,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let text = String::from_utf8_lossy(data);
     if let Some(position) = scope.decode(&text) {
-        assert_eq!(scope.encode(position), text, "accepted tokens are canonical");
+        assert_eq!(
+            scope.encode(position),
+            text,
+            "accepted tokens are canonical"
+        );
     }
     // Positions from the input round-trip, and only in their own scope.
     if data.len() >= 8 {
@@ -33,10 +37,30 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(scope.decode(&token), Some(position));
         let other_key = StreamKey::from_bytes([4; 32]);
         let others = [
-            CursorScope { project: "q", epoch: [5; 16], key: &key, routing_key: b"rk" },
-            CursorScope { project: "p", epoch: [6; 16], key: &key, routing_key: b"rk" },
-            CursorScope { project: "p", epoch: [5; 16], key: &other_key, routing_key: b"rk" },
-            CursorScope { project: "p", epoch: [5; 16], key: &key, routing_key: b"rl" },
+            CursorScope {
+                project: "q",
+                epoch: [5; 16],
+                key: &key,
+                routing_key: b"rk",
+            },
+            CursorScope {
+                project: "p",
+                epoch: [6; 16],
+                key: &key,
+                routing_key: b"rk",
+            },
+            CursorScope {
+                project: "p",
+                epoch: [5; 16],
+                key: &other_key,
+                routing_key: b"rk",
+            },
+            CursorScope {
+                project: "p",
+                epoch: [5; 16],
+                key: &key,
+                routing_key: b"rl",
+            },
         ];
         for other in &others {
             assert_eq!(other.decode(&token), None);
