@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The upstream Durable Streams client against a three-member strata fleet
-# whose shard owner is killed and whose next owner is drained (see
-# conformance/fleet-clients.mjs). Uses the conformance suite's node_modules
-# (@durable-streams/client comes with it).
+# The upstream Durable Streams clients against a three-member strata fleet
+# whose shard owner is killed and whose next owner is drained: the TypeScript
+# client (conformance/fleet-clients.mjs, its IdempotentProducer; from the
+# conformance suite's node_modules) and, at the same time, the Python client
+# (conformance/fleet-python.py: durable-streams from PyPI, pinned, in
+# conformance/.venv, producing with Stream-Seq and tailing by long-poll).
 #
 # The upstream IdempotentProducer does not retry a 503 (it reports it and drops
 # the batch), so this passes only because a forwarding member keeps small
@@ -17,6 +19,11 @@ root="$(cd "$here/.." && pwd)"
 cd "$here"
 if [ ! -d node_modules/@durable-streams/client ]; then
     npm install --no-audit --no-fund --loglevel=error
+fi
+python_client="durable-streams==0.1.0"
+if ! .venv/bin/python -c 'import durable_streams' 2>/dev/null; then
+    python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check "$python_client"
 fi
 if [ -z "${STRATA_BIN:-}" ]; then
     (cd "$root" && cargo build -p strata-server --quiet)
@@ -55,9 +62,18 @@ print("yes" if sum(m["live"] for m in s["members"]) == 3 and row["computed_owner
     if [ -n "$settled" ]; then break; fi
     sleep 0.1
 done
-if ! MEMBER_URLS="$(IFS=,; echo "${urls[*]}")" MEMBER_PIDS="$(IFS=,; echo "${pids[*]}")" \
-    STRATA_BIN="$STRATA_BIN" STORE="$store" node fleet-clients.mjs; then
-    echo "fleet-clients: failed; server log (last 40 lines):" >&2
+export MEMBER_URLS="$(IFS=,; echo "${urls[*]}")" MEMBER_PIDS="$(IFS=,; echo "${pids[*]}")"
+export STRATA_BIN STORE="$store" STOP_FILE="$store.stop"
+.venv/bin/python fleet-python.py &
+python_pid=$!
+node_ok=1
+node fleet-clients.mjs || node_ok=0
+touch "$STOP_FILE"
+python_ok=1
+wait "$python_pid" || python_ok=0
+rm -f "$STOP_FILE"
+if [ "$node_ok" = 0 ] || [ "$python_ok" = 0 ]; then
+    echo "fleet-clients: failed (typescript ok=$node_ok, python ok=$python_ok); server log (last 40 lines):" >&2
     tail -n 40 "$log" >&2
     exit 1
 fi
