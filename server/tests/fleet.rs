@@ -19,116 +19,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::fleet::{check_streams, follow_sse, produce, progress, Tally};
-use common::{client, free_port, Server};
+use common::client;
+use common::fleet::{check_streams, create, follow_sse, produce, progress, Fleet, Tally};
 use parking_lot::Mutex;
 
-const MEMBERS: usize = 3;
+use common::fleet::MEMBERS;
 const PRODUCERS: usize = 8;
 /// Producers' streams also followed live over SSE.
 const FOLLOWERS: usize = 2;
-const SHARDS: &str = "6";
-const HEARTBEAT_MS: &str = "500";
-const LEASE_MS: u64 = 2_000;
+use common::fleet::LEASE_MS;
 /// Longest a producer may go without an acknowledgement while the fleet
 /// works (a failover takes about one lease; the rest is slack for a loaded
 /// 2-core machine).
 const GAP_MAX: Duration = Duration::from_secs(12);
-
-struct Fleet {
-    store: String,
-    ports: Vec<u16>,
-    members: Vec<Option<Server>>,
-    extra: Vec<String>,
-}
-
-impl Fleet {
-    async fn start(store: &str, extra: &[&str]) -> Fleet {
-        let ports: Vec<u16> = (0..MEMBERS).map(|_| free_port()).collect();
-        let mut fleet = Fleet {
-            store: store.to_string(),
-            ports,
-            members: (0..MEMBERS).map(|_| None).collect(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        for i in 0..MEMBERS {
-            fleet.restart(i).await;
-        }
-        fleet
-    }
-
-    fn base(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.ports[i])
-    }
-
-    async fn restart(&mut self, i: usize) {
-        let url = self.base(i);
-        let mut args: Vec<&str> = vec![
-            "--fleet",
-            "--advertise-url",
-            &url,
-            "--shards",
-            SHARDS,
-            "--heartbeat-ms",
-            HEARTBEAT_MS,
-            "--fleet-lease-ms",
-            "2000",
-            "--cache-bytes",
-            "0",
-        ];
-        args.extend(self.extra.iter().map(String::as_str));
-        self.members[i] = Some(Server::start(&self.store, self.ports[i], &args).await);
-    }
-
-    fn kill_9(&mut self, i: usize) {
-        if let Some(member) = self.members[i].take() {
-            member.kill_9();
-        }
-    }
-
-    /// SIGTERM, then waits (bounded) for the process to hand off and exit.
-    async fn terminate(&mut self, i: usize) {
-        let Some(mut member) = self.members[i].take() else {
-            return;
-        };
-        let pid = member.child.id() as i32;
-        // SAFETY: signalling a child process this test owns.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        // Waits on the process's exit itself (bounded), not on a poll.
-        let exited = tokio::task::spawn_blocking(move || member.child.wait());
-        let status = tokio::time::timeout(Duration::from_secs(60), exited)
-            .await
-            .unwrap_or_else(|_| panic!("member {i} did not exit after SIGTERM"))
-            .expect("the wait task")
-            .expect("wait");
-        assert!(status.success(), "member {i} exited with {status}");
-    }
-}
-
-/// Creates `stream` through the members in turn: while the fleet forms,
-/// shards move and a create may get a retryable 503 (bounded retries).
-async fn create(client: &reqwest::Client, bases: &[String], stream: &str) {
-    for attempt in 0..200 {
-        let base = &bases[attempt % bases.len()];
-        let answer = client
-            .put(format!("{base}/v1/stream/{stream}"))
-            .header("content-type", "application/json")
-            .send()
-            .await;
-        match answer {
-            Ok(r) if r.status().is_success() => return,
-            Ok(r) if r.status() == 503 => {}
-            Ok(r) => panic!(
-                "create {stream}: {} {}",
-                r.status(),
-                r.text().await.unwrap_or_default()
-            ),
-            Err(_) => {}
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("create {stream}: no member accepted it");
-}
 
 async fn fleet_under_load(store: &str, extra: &[&str]) {
     let mut fleet = Fleet::start(store, extra).await;

@@ -5,8 +5,9 @@
 //!
 //! Properties: no panic; every refusal is a 4xx with a JSON error body (bad
 //! input never answers 5xx); with tokens configured, only `OPTIONS`,
-//! `/healthz` and the fleet hint pass without a matching bearer token (a
-//! hint is checked against the bucket, not a token); a parsed stream name obeys
+//! `/healthz`, the fleet members' routes (their handlers check the peer key)
+//! and the `__ds` routes a callback token authenticates pass without a
+//! matching bearer token; a parsed stream name obeys
 //! the naming rules and comes back from its own (percent-escaped) path; a
 //! read's offset prints back to its text and live reads carry one; producer
 //! headers, `Stream-Seq`, TTL and fork headers obey their limits; an append's
@@ -57,6 +58,7 @@ enum PathChoice {
     Subscription(String, Option<String>),
     Health,
     FleetHint,
+    FleetPeer(bool),
     Raw(String),
     /// `/v1/streams/{name}{suffix}`.
     Product(String, ProductSuffix),
@@ -185,6 +187,9 @@ fuzz_target!(|input: Input| {
         }
         PathChoice::Health => "/healthz".to_string(),
         PathChoice::FleetHint => "/v1/fleet/hint".to_string(),
+        PathChoice::FleetPeer(tails) => {
+            if *tails { "/v1/fleet/tails" } else { "/v1/fleet/appended" }.to_string()
+        }
         PathChoice::Raw(p) => p.clone(),
         PathChoice::Product(name, suffix) => {
             let suffix = match suffix {
@@ -266,8 +271,8 @@ fuzz_target!(|input: Input| {
     };
     let unauthenticated = matches!(
         command,
-        Command::Preflight | Command::Health | Command::FleetHint(_)
-    );
+        Command::Preflight | Command::Health | Command::FleetHint(_) | Command::FleetPeer(_)
+    ) || matches!(&command, Command::Subscriptions { project: None, .. });
     if !tokens.is_empty() && !unauthenticated {
         let bearer = headers
             .get("authorization")
@@ -278,7 +283,15 @@ fuzz_target!(|input: Input| {
     match command {
         Command::Preflight => assert_eq!(method, Method::OPTIONS),
         Command::Health => assert_eq!(path, "/healthz"),
-        Command::Subscriptions(_) => assert!(path.starts_with(&format!("{PREFIX}__ds/"))),
+        Command::Subscriptions { project, route } => {
+            assert!(path.starts_with(&format!("{PREFIX}__ds/")));
+            // Only a callback token's routes go without the caller's project.
+            assert_eq!(project.is_none(), route.token_authenticated());
+        }
+        Command::FleetPeer(_) => {
+            assert_eq!(method, Method::POST);
+            assert!(path == "/v1/fleet/appended" || path == "/v1/fleet/tails");
+        }
         Command::FleetHint(hint) => {
             assert_eq!(method, Method::POST);
             assert_eq!(path, "/v1/fleet/hint");

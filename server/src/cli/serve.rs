@@ -26,13 +26,14 @@ use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
 use crate::http::fleet::HttpPeers;
+use crate::http::peers::{HttpSubscriptionPeers, PeerKey, PEER_KEY_LABEL};
 use crate::http::{AppState, FleetHttp, FleetRouting, HttpConfig};
 use crate::service::fleet::controller::LEASE_MARGIN_MS;
 use crate::service::fleet::heartbeat::{check_url, check_weight};
 use crate::service::fleet::{EngineOpener, Fleet, FleetConfig};
 use crate::service::registry::Registry;
 use crate::service::routing::{ShardIndex, ShardRouter};
-use crate::service::subscriptions::{SubscriptionObserver, Subscriptions};
+use crate::service::subscriptions::{Signer, SubscriptionObserver, Subscriptions};
 use crate::service::{Streams, StreamsConfig};
 
 #[derive(Debug, thiserror::Error)]
@@ -444,10 +445,18 @@ impl Server {
                 ..StreamsConfig::default()
             },
         ));
-        let subscriptions =
-            Subscriptions::open(streams.clone(), store.clone(), args.allow_loopback_webhooks)
-                .await
-                .map_err(|e| ServeError::Usage(e.to_string()))?;
+        let signer = Signer::load(&store, || streams.random_bytes16())
+            .await
+            .map_err(|e| ServeError::Usage(e.to_string()))?;
+        let peer_key = PeerKey::new(&signer.derive(PEER_KEY_LABEL));
+        let subscriptions = Subscriptions::open(
+            streams.clone(),
+            signer,
+            args.allow_loopback_webhooks,
+            fleet_config.is_some(),
+        )
+        .await
+        .map_err(|e| ServeError::Usage(e.to_string()))?;
         streams.set_observer(Arc::new(SubscriptionObserver(Arc::downgrade(
             &subscriptions,
         ))));
@@ -498,12 +507,20 @@ impl Server {
                     }),
                     Arc::new(HttpPeers {
                         client: client.clone(),
+                        key: peer_key.clone(),
                     }),
                 );
+                state
+                    .subscriptions
+                    .set_peers(Arc::new(HttpSubscriptionPeers {
+                        client: client.clone(),
+                        key: peer_key.clone(),
+                    }));
                 let _ = state.fleet.set(FleetHttp {
                     fleet: fleet.clone(),
                     routing: args.fleet.fleet_routing,
                     client,
+                    peer_key,
                 });
                 // One beat before serving: a member of a fleet with no other
                 // live member claims its shards at once.

@@ -13,9 +13,9 @@
 //! released it to this member), and otherwise answers 503 at once (the two
 //! views disagree; they settle within a beat).
 //!
-//! The reserved `__ds` API (subscriptions, whose wakes and leases are held
-//! in memory) is served by the owner of shard 0, so every member's
-//! `__ds` requests meet one subscription service.
+//! The reserved `__ds` API is served by the owner of shard 0 (the
+//! subscriptions' coordinator), so every member's `__ds` requests meet one
+//! subscription service.
 //!
 //! Also here: the hand-off hint (`POST /v1/fleet/hint`, sent by a member
 //! that just released a shard to its new owner) and its client.
@@ -51,6 +51,11 @@ const HINT_SHARDS_MAX: usize = 4096;
 pub const HINT_PATH: &str = "/v1/fleet/hint";
 /// Most forwarding attempts of one request (each after the shard moved).
 const FORWARD_ATTEMPTS_MAX: u32 = 4;
+/// Most times one request asks a member again because that member's view
+/// lags ours (it names as owner a member that refused our connection), and
+/// the first pause between asks (doubling, within the append timeout).
+const LAGGING_ASKS_MAX: u32 = 16;
+const LAGGING_PAUSE_FIRST: Duration = Duration::from_millis(50);
 /// Largest request body kept for a second forwarding attempt.
 const FORWARD_RETRY_BYTES_MAX: u64 = 1 << 20;
 /// Longest a request waits for a moving shard.
@@ -180,6 +185,10 @@ pub async fn forward(
     let started = tokio::time::Instant::now();
     let mut owner = owner;
     let mut attempts = 0;
+    // Members that did not answer this request (dead, or stopped), and how
+    // often a lagging member was asked again.
+    let mut refused: Vec<String> = Vec::new();
+    let mut lagging_asks = 0;
     let answer = loop {
         attempts += 1;
         let outbound_body = match (&kept, body.take()) {
@@ -204,6 +213,23 @@ pub async fn forward(
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string)
                     .unwrap_or_default();
+                let left = state
+                    .config
+                    .append_timeout
+                    .saturating_sub(started.elapsed());
+                if refused.contains(&named) {
+                    // It names an owner that did not answer us: its view lags ours
+                    // (it is the shard's next owner and has not seen the old
+                    // one die yet). Ask it again shortly, within the timeout.
+                    let pause = LAGGING_PAUSE_FIRST * 2u32.saturating_pow(lagging_asks.min(5));
+                    if lagging_asks >= LAGGING_ASKS_MAX || pause >= left {
+                        break answer;
+                    }
+                    lagging_asks += 1;
+                    attempts -= 1;
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
                 if named != fleet.fleet.url() {
                     // Sent where the owner says the shard went.
                     owner = Owner {
@@ -226,10 +252,6 @@ pub async fn forward(
                 if handed_off || fleet.fleet.draining() {
                     break answer;
                 }
-                let left = state
-                    .config
-                    .append_timeout
-                    .saturating_sub(started.elapsed());
                 match state
                     .streams
                     .router()
@@ -248,6 +270,11 @@ pub async fn forward(
             }
             Sent::Answer(answer) => break answer,
             Sent::Failed if kept.is_some() && repeatable && attempts < FORWARD_ATTEMPTS_MAX => {
+                // A first failure may be a pooled connection the owner had
+                // closed; a second one means the owner does not answer.
+                if attempts > 1 && !refused.contains(&owner.url) {
+                    refused.push(owner.url.clone());
+                }
                 // A read, or a producer's write (deduplicated by its
                 // sequence), may be sent again even if it reached the owner:
                 // at once the first time (a pooled connection the owner had
@@ -277,6 +304,9 @@ pub async fn forward(
                 }
             }
             Sent::NotDelivered if kept.is_some() && attempts < FORWARD_ATTEMPTS_MAX => {
+                if !refused.contains(&owner.url) {
+                    refused.push(owner.url.clone());
+                }
                 if attempts == 1 {
                     continue;
                 }
@@ -471,7 +501,7 @@ pub struct Hint {
 }
 
 /// `POST /v1/fleet/hint`: another member released shards to this one.
-pub async fn hint(state: Arc<AppState>, hint: Option<Hint>) -> ApiResult {
+pub async fn hint(state: Arc<AppState>, headers: &HeaderMap, hint: Option<Hint>) -> ApiResult {
     let (Some(fleet), Some(hint)) = (state.fleet.get(), hint) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -479,6 +509,13 @@ pub async fn hint(state: Arc<AppState>, hint: Option<Hint>) -> ApiResult {
             "no such route",
         ));
     };
+    if !fleet.peer_key.admits(headers) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such route",
+        ));
+    }
     fleet.fleet.hinted(hint.from, hint.shards).await;
     let mut answer = Response::new(empty());
     *answer.status_mut() = StatusCode::NO_CONTENT;
@@ -520,11 +557,13 @@ pub fn parse_hint(headers: &HeaderMap) -> Option<Hint> {
 /// Hints over the peers' HTTP client.
 pub struct HttpPeers {
     pub client: PeerClient,
+    pub key: super::common::peer_key::PeerKey,
 }
 
 impl Peers for HttpPeers {
     fn hint(&self, url: &str, from: InstanceId, shards: Vec<(ShardIndex, u64)>) -> BoxFuture<()> {
         let client = self.client.clone();
+        let key = self.key.clone();
         let target = format!("{}{HINT_PATH}", url.trim_end_matches('/'));
         let shards: Vec<String> = shards
             .iter()
@@ -536,6 +575,7 @@ impl Peers for HttpPeers {
                 .boxed();
             let Ok(request) = Request::post(&target)
                 .header(HINT_FROM, from.to_string())
+                .header(super::common::peer_key::PEER_KEY_HEADER, key.header_value())
                 .header(HINT_SHARDS, shards.join(","))
                 .body(body)
             else {

@@ -9,14 +9,18 @@
 //! * [`live`]: long-poll and SSE for both surfaces;
 //! * [`fleet`]: forwarding to (or replaying toward) the member that serves
 //!   a stream, and the hand-off hint;
+//! * [`peers`]: the routes only fleet members call (the peer key, the
+//!   subscription relay) and their client;
 //! * [`common`]: what the surfaces share (state, errors, bodies, headers).
 //!
 //! Imports go down that list: the router names the surfaces, the surfaces
-//! name `live` and `common`, `fleet` names `common`, and `common` names no surface.
+//! name `live` and `common`, `fleet` and `peers` name `common`, and `common`
+//! names no surface.
 
 pub mod common;
 pub mod fleet;
 pub mod live;
+pub mod peers;
 pub mod product;
 pub mod raw;
 pub mod router;

@@ -16,8 +16,9 @@ use strata_segments::StreamKey;
 
 use super::common::{common_headers, full, preflight, ApiError, ApiResult, AppState, Body};
 use super::fleet::{self as fleet_http, Decision};
-use super::{product, raw, subscriptions};
+use super::{peers, product, raw, subscriptions};
 use crate::service::routing::{ShardIndex, ShardRouter};
+use crate::service::subscriptions::coordinator::COORDINATOR_SHARD;
 use crate::service::tenancy::Tenancy;
 
 /// One request, start to finish.
@@ -50,8 +51,14 @@ pub enum Command {
     Health,
     /// `POST /v1/fleet/hint` from another fleet member (its instance id).
     FleetHint(Option<fleet_http::Hint>),
-    /// The reserved `__ds` API (project `default` only).
-    Subscriptions(subscriptions::SubRoute),
+    /// A route only fleet members call (the peer key is checked by its handler).
+    FleetPeer(peers::PeerRoute),
+    /// The reserved `__ds` API: the caller's project, or `None` for the
+    /// routes a callback token authenticates (the token names its project).
+    Subscriptions {
+        project: Option<String>,
+        route: subscriptions::SubRoute,
+    },
     /// `/v1/stream/{name}`.
     Stream {
         project: String,
@@ -84,34 +91,29 @@ pub fn parse_request(
     if path == fleet_http::HINT_PATH && method == Method::POST {
         return Ok(Command::FleetHint(fleet_http::parse_hint(headers)));
     }
-    let Ok(project) = config
+    if let Some(route) = peers::peer_route(method, path) {
+        return Ok(Command::FleetPeer(route));
+    }
+    let project = config
         .tenancy
         .project_of(headers.get("authorization").and_then(|v| v.to_str().ok()))
-    else {
-        let error = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "a valid Authorization: Bearer token is required",
-        )
-        .header("www-authenticate", "Bearer");
-        return Err(if is_product_path(path) {
-            error.product()
-        } else {
-            error
-        });
+        .map(str::to_string);
+    if let Some(api) = path
+        .strip_prefix(raw::PREFIX)
+        .and_then(|rest| rest.strip_prefix("__ds/"))
+    {
+        let route = subscriptions::parse_route(method, api)?;
+        let project = match (route.token_authenticated(), project) {
+            (true, _) => None,
+            (false, Ok(project)) => Some(project),
+            (false, Err(_)) => return Err(unauthorized(path)),
+        };
+        return Ok(Command::Subscriptions { project, route });
+    }
+    let Ok(project) = project else {
+        return Err(unauthorized(path));
     };
-    let project = project.to_string();
     if let Some(rest) = path.strip_prefix(raw::PREFIX) {
-        if let Some(api) = rest.strip_prefix("__ds/") {
-            if project != crate::service::DEFAULT_PROJECT {
-                return Err(ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "not_found",
-                    "the __ds API serves the default project only",
-                ));
-            }
-            return subscriptions::parse_route(method, api).map(Command::Subscriptions);
-        }
         let name = raw::stream_name(rest)?;
         let op = raw::parse_stream_op(method, headers, query, config.dev_default_key)?;
         return Ok(Command::Stream { project, name, op });
@@ -127,6 +129,22 @@ pub fn parse_request(
     ))
 }
 
+/// 401 for a request without a valid bearer token (in the product's error
+/// shape on product paths).
+fn unauthorized(path: &str) -> ApiError {
+    let error = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "a valid Authorization: Bearer token is required",
+    )
+    .header("www-authenticate", "Bearer");
+    if is_product_path(path) {
+        error.product()
+    } else {
+        error
+    }
+}
+
 impl Command {
     /// The shard a command is about (and whether it is a product request),
     /// for fleet routing: a stream's shard, shard 0 for the `__ds` API, and
@@ -140,7 +158,7 @@ impl Command {
                 project,
                 route: product::ProductRoute::Collection { name, .. },
             } => Some((of(project, name), true)),
-            Command::Subscriptions(_) => Some((ShardIndex(0), false)),
+            Command::Subscriptions { .. } => Some((COORDINATOR_SHARD, false)),
             _ => None,
         }
     }
@@ -183,8 +201,11 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
     match command {
         Command::Preflight => Ok(preflight()),
         Command::Health => Ok(Response::new(full("ok\n"))),
-        Command::FleetHint(from) => fleet_http::hint(state, from).await,
-        Command::Subscriptions(sub_route) => subscriptions::handle(state, request, sub_route).await,
+        Command::FleetHint(hint) => fleet_http::hint(state, request.headers(), hint).await,
+        Command::FleetPeer(route) => peers::handle(state, request, route).await,
+        Command::Subscriptions { project, route } => {
+            subscriptions::handle(state, request, project, route).await
+        }
         Command::Stream { project, name, op } => {
             raw::handle(state, request, project, name, op).await
         }

@@ -51,8 +51,8 @@ pub use limits::DEFAULT_PROJECT;
 pub use media::{is_json, media_type};
 pub use model::{
     AppendOutcome, AppendResult, AppendSpec, CreateMode, CreateOutcome, CreateSpec, Expiry,
-    ForkSpec, KeyView, ReadFrom, ReadOutcome, ReadRecord, StartupScan, StreamMeta, StreamObserver,
-    StreamsConfig,
+    ForkSpec, KeyView, ReadFrom, ReadOutcome, ReadRecord, ShardMove, StartupScan, StreamMeta,
+    StreamObserver, StreamsConfig,
 };
 pub use reaper::Reaper;
 pub use streams::Streams;

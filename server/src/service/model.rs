@@ -160,6 +160,15 @@ pub struct StartupScan {
 pub trait StreamObserver: Send + Sync {
     fn appended(&self, project: &str, name: &str);
     fn deleted(&self, project: &str, name: &str);
+    /// This server claimed or released a shard (fleet members only).
+    fn shard_moved(&self, _index: super::routing::ShardIndex, _move: ShardMove) {}
+}
+
+/// Which way a shard moved, as the server it moved to or from sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardMove {
+    Claimed,
+    Released,
 }
 
 /// Tunables of the service.

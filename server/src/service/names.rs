@@ -49,6 +49,16 @@ pub fn catalog_bucket(project: &str, bucket: u16) -> Path {
     Path::from(format!("registry/{project}/catalog/{bucket:02}.json"))
 }
 
+/// The folder of every project's registry (its children are the projects).
+pub fn registry_prefix() -> Path {
+    Path::from("registry")
+}
+
+/// The folder of `project`'s subscription records.
+pub fn subscriptions_prefix(project: &str) -> Path {
+    Path::from(format!("registry/{project}/subscriptions"))
+}
+
 /// The record of subscription `id` in `project`.
 pub fn subscription(project: &str, id: &str) -> Path {
     Path::from(format!(

@@ -14,6 +14,7 @@
 //! is 0 for a stream and the fork point for a fork; engine offsets of a stream
 //! are positions minus its base.
 
+use object_store::ObjectStore;
 use std::sync::Arc;
 
 use strata_engine::Shard;
@@ -125,8 +126,20 @@ impl Streams {
         let _ = self.observer.set(observer);
     }
 
+    /// Tells the observer that this server claimed or released shard `index`.
+    pub fn shard_moved(&self, index: ShardIndex, moved: super::model::ShardMove) {
+        if let Some(observer) = self.observer.get() {
+            observer.shard_moved(index, moved);
+        }
+    }
+
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// The object store the service keeps its records in.
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        self.registry.store().0
     }
 
     pub fn random_bytes16(&self) -> [u8; 16] {

@@ -55,7 +55,7 @@ impl Server {
             .args(&args)
             .env(
                 "RUST_LOG",
-                "warn,strata_engine=info,strata_manifest=debug,strata_server::service::fleet=info",
+                "warn,strata_engine=info,strata_manifest=debug,strata_server::service::fleet=info,strata_server::service::subscriptions=info",
             )
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))

@@ -3,12 +3,14 @@
 //! one table from service errors to status codes ([`error`]), request
 //! reading — bounded bodies, header text, stream names, producer headers
 //! ([`request`]) — and response building — bodies, the headers every answer
-//! carries, the CORS preflight, record rendering ([`response`]).
+//! carries, the CORS preflight, record rendering ([`response`]) — and the
+//! fleet's peer key ([`peer_key`]).
 //!
 //! Nothing here knows a route: the router and the surfaces import this
 //! module, never the other way round.
 
 pub mod error;
+pub mod peer_key;
 pub mod request;
 pub mod response;
 pub mod state;

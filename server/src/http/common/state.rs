@@ -64,6 +64,8 @@ pub struct FleetHttp {
     pub fleet: Arc<crate::service::fleet::Fleet>,
     pub routing: FleetRouting,
     pub client: PeerClient,
+    /// What members prove themselves to each other with.
+    pub peer_key: super::peer_key::PeerKey,
 }
 
 /// A client for other fleet members (plain HTTP, pooled connections).

@@ -80,6 +80,20 @@ pub enum SubRoute {
     Subscription { id: String, action: SubAction },
 }
 
+impl SubRoute {
+    /// Whether a callback token authenticates the route (and names the
+    /// project), rather than the caller's bearer token.
+    pub fn token_authenticated(&self) -> bool {
+        matches!(
+            self,
+            SubRoute::Subscription {
+                action: SubAction::Acknowledge | SubAction::Release,
+                ..
+            }
+        )
+    }
+}
+
 /// What a request does to one subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SubAction {
@@ -126,9 +140,12 @@ pub fn parse_route(method: &Method, api: &str) -> Result<SubRoute, ApiError> {
     Ok(SubRoute::Subscription { id, action })
 }
 
+/// One `__ds` request; `project` is the caller's (`None` on the routes a
+/// callback token authenticates: the token names its project).
 pub async fn handle(
     state: Arc<AppState>,
     request: Request<Incoming>,
+    project: Option<String>,
     route: SubRoute,
 ) -> ApiResult {
     let subs = state.subscriptions.clone();
@@ -162,13 +179,16 @@ pub async fn handle(
         .and_then(|k| strata_segments::StreamKey::parse(k).ok())
         .or_else(|| state.config.dev_default_key.clone());
     let body = read_body(request.into_body(), SUB_BODY_BYTES_MAX).await?;
+    // Set by the router on every route a token does not authenticate.
+    let project = project.unwrap_or_default();
+    let project = project.as_str();
     let result: Result<Response<Body>, Refusal> = async {
         Ok(match action {
             SubAction::Put => {
                 check_id(&id)?;
                 let config = parse_config(&body)?;
                 let put = subs
-                    .put(&id, config, &format!("http://{host}"), key)
+                    .put(project, &id, config, &format!("http://{host}"), key)
                     .await?;
                 let status = if put.created {
                     StatusCode::CREATED
@@ -177,18 +197,18 @@ pub async fn handle(
                 };
                 json_response(status, &put.subscription)
             }
-            SubAction::Get => json_response(StatusCode::OK, &subs.get(&id).await?),
+            SubAction::Get => json_response(StatusCode::OK, &subs.get(project, &id).await?),
             SubAction::Delete => {
-                subs.delete(&id).await?;
+                subs.delete(project, &id).await?;
                 no_content()
             }
             SubAction::AddStreams => {
                 let request = parse_add_streams(&body)?;
-                subs.add_streams(&id, request).await?;
+                subs.add_streams(project, &id, request).await?;
                 no_content()
             }
             SubAction::RemoveStream(path) => {
-                subs.remove_stream(&id, &path).await?;
+                subs.remove_stream(project, &id, &path).await?;
                 no_content()
             }
             SubAction::Acknowledge => {
@@ -198,7 +218,7 @@ pub async fn handle(
             }
             SubAction::Claim => {
                 let request = parse_claim(&body)?;
-                json_response(StatusCode::OK, &subs.claim(&id, request).await?)
+                json_response(StatusCode::OK, &subs.claim(project, &id, request).await?)
             }
             SubAction::Release => {
                 let token = subs.verify_token(&id, token.as_deref())?;

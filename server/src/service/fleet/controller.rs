@@ -44,7 +44,7 @@ use super::membership::{Member, Membership, Sighting};
 use super::placement::{owner_of, Candidate};
 use crate::service::names;
 use crate::service::routing::{Owner, ShardIndex, ShardRouter, Slot};
-use crate::service::Streams;
+use crate::service::{ShardMove, Streams};
 
 /// How much earlier than the others could judge it dead a member stops
 /// answering from its shards (clock rate differences, scheduling).
@@ -568,6 +568,7 @@ impl Fleet {
                 let report = shard.last_recovery();
                 self.streams.forget_shard(index);
                 self.router().place(index, Slot::Owned(shard));
+                self.streams.shard_moved(index, ShardMove::Claimed);
                 let mut view = self.view.lock();
                 view.claims.forget(index);
                 drop(view);
@@ -619,6 +620,7 @@ impl Fleet {
         let previous = self.router().place(index, Slot::Elsewhere(handed));
         match previous {
             Slot::Owned(shard) => {
+                self.streams.shard_moved(index, ShardMove::Released);
                 let epoch = shard.last_recovery().epoch;
                 stop_shard(index, &shard).await;
                 tracing::info!(shard = index.0, to = %instance, "fleet: shard handed off");
@@ -631,6 +633,7 @@ impl Fleet {
     async fn release_all(&self, why: &str) {
         for (index, shard) in self.router().owned() {
             self.router().place(index, Slot::Unowned);
+            self.streams.shard_moved(index, ShardMove::Released);
             tracing::warn!(shard = index.0, why, "fleet: shard released");
             stop_shard(index, &shard).await;
         }

@@ -13,18 +13,27 @@
 //! `wake_id`/`generation`: anything stale is refused as fenced. A lease bounds
 //! how long a wake may stay unanswered before it is re-issued.
 //!
-//! Subscription configuration, links, acknowledged offsets and generation are
-//! stored as CAS JSON objects and reloaded at start-up; wakes in flight and
-//! leases live in memory (a restart re-wakes whatever is pending). Tokens are
-//! HMAC-SHA256 under a key kept in memory. Webhook URLs must be `https` to a
+//! Subscriptions belong to a project (the caller's token names it; a
+//! callback token names its own). Everything about a subscription — its
+//! configuration, links, acknowledged offsets, generation and the wake in
+//! flight with its holder and lease deadline — is stored as a CAS JSON
+//! object, so the server that serves the subscriptions next (after a
+//! restart, or in a fleet the next owner of shard 0) carries every wake on
+//! with the same tokens: tokens are HMAC-SHA256 under a key derived from the
+//! store's server seed. In a fleet, members tell the coordinator about
+//! appends and answer it the tails of their streams (`coordinator.rs`).
+//! Webhook URLs must be `https` to a
 //! public address; plain-HTTP loopback URLs are allowed only when the server
 //! is started with `--allow-loopback-webhooks` (development and the
 //! conformance suite).
 //!
 //! The files (docs/ARCHITECTURE.md, "Rules of the house": one owner per
 //! concern, no import circle between files):
-//! * `service.rs` — the [`Subscriptions`] facade and the wake logic;
-//! * `observer.rs` — the stream observer that feeds it appends;
+//! * `service.rs` — the [`Subscriptions`] facade, where they are served, CRUD;
+//! * `wakes.rs` — the wake logic, leases, claim, acknowledge, release;
+//! * `delivery.rs` — one webhook wake being delivered;
+//! * `coordinator.rs` — the fleet: the coordinator, the relay, remote tails;
+//! * `observer.rs` — the stream observer that feeds it appends and moves;
 //! * `store.rs` — the stored records and their CAS storage;
 //! * `webhook.rs` — the webhook client: SSRF rules, bounded delivery;
 //! * `signing.rs` — the Ed25519 signing key and the JWKS document;
@@ -34,6 +43,8 @@
 //! * `error.rs` — [`SubError`] and [`OpenError`], with no HTTP statuses.
 
 mod answers;
+pub mod coordinator;
+mod delivery;
 mod error;
 mod observer;
 mod paths;
@@ -42,6 +53,7 @@ mod service;
 mod signing;
 mod store;
 mod tokens;
+mod wakes;
 mod webhook;
 
 pub use answers::{
@@ -56,7 +68,7 @@ pub use requests::{
     ID_BYTES_MAX, LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN,
 };
 pub use service::Subscriptions;
-pub use signing::{Jwk, Jwks};
-pub use store::{Kind, Link, SubConfig, SubRecord};
+pub use signing::{Jwk, Jwks, Signer};
+pub use store::{Kind, Link, StoredWake, SubConfig, SubRecord};
 pub use tokens::{VerifiedToken, TOKEN_LIFETIME_S};
 pub use webhook::{DeliveryPolicy, DELIVERY_ATTEMPTS_MAX, REPLY_BYTES_MAX};

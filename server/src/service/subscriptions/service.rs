@@ -1,73 +1,76 @@
 //! The subscription service: the `Subscriptions` facade.
 //!
-//! Owns the in-memory state of every subscription (its record, the wake in
-//! flight, the lease) and the operations on it: put, get, delete, linking and
-//! unlinking streams, claim, acknowledge, release, and the wake logic that
-//! `on_append` and lapsed leases drive. It speaks no HTTP: requests arrive
-//! parsed ([`super::requests`]), answers leave typed ([`super::answers`]),
-//! refusals are [`SubError`] variants.
+//! Owns the in-memory state of every project's subscriptions (records, the
+//! wake in flight, the lease timers) on the server that serves them, and the
+//! operations on it: put, get, delete, linking and unlinking streams (here),
+//! claim, acknowledge, release and the wake logic (`wakes.rs`), webhook
+//! delivery (`delivery.rs`). It speaks no HTTP: requests arrive parsed
+//! ([`super::requests`]), answers leave typed ([`super::answers`]), refusals
+//! are [`SubError`] variants.
+//!
+//! Where they are served: a single server serves them from its start; in a
+//! fleet, the owner of shard 0 does (`coordinator.rs`), from the moment it
+//! claims shard 0 ([`Subscriptions::resume`]: every record is read again and
+//! every wake in flight carried on) until it releases it
+//! ([`Subscriptions::suspend`]). In between a request answers `Unavailable`.
 //!
 //! Invariants (docs/ARCHITECTURE.md, "Subscriptions"):
 //! * a subscription's state is changed only under its own lock; the map of
-//!   subscriptions is locked only to find or insert one;
+//!   subscriptions is locked only to find, insert or replace them;
 //! * a wake grows the generation, and an acknowledgement or release counts
 //!   only for the current wake id, generation and token generation (else
 //!   `Fenced`);
 //! * every lease start grows `lease_epoch`, and a lease timer acts only if
 //!   the epoch is still its own, so a lapsed lease never ends a newer wake;
+//!   a retired state (deleted, or handed to the next coordinator) acts on
+//!   nothing;
 //! * time comes from the stream service's injected clock
 //!   ([`Streams::now_ms`]) and randomness from its injected entropy
 //!   ([`Streams::random_bytes16`]), never from the system directly.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use object_store::ObjectStore;
 use strata_segments::StreamKey;
 use tokio::sync::Mutex;
-use tracing::Instrument;
 
 use super::answers::{
-    acked_text, AckAnswer, ClaimAnswer, Description, LinkType, LinkedStream, LinkedTail, PutAnswer,
-    Signing, StreamState, SubStatus, WakeBody, WakeEvent, WebhookDescription,
+    acked_text, Description, LinkType, LinkedStream, PutAnswer, Signing, SubStatus,
+    WebhookDescription,
 };
+use super::coordinator::{AppendedBatch, AppendedStream, Coordination, CoordinatorAt};
 use super::error::{OpenError, SubError};
 use super::paths::{glob_match, normalise_path};
-use super::requests::{check_id, AckEntry, AckRequest, AddStreamsRequest, ClaimRequest, WakeRef};
+use super::requests::{check_id, AddStreamsRequest};
 use super::signing::{Jwks, Signer};
-use super::store::{Kind, Link, RecordStore, StoredRecord, SubConfig, SubRecord, RECORD_FORMAT};
+use super::store::{Link, RecordStore, StoredRecord, SubConfig, SubRecord, RECORD_FORMAT};
 use super::tokens::{TokenKey, VerifiedToken};
-use super::webhook::{Attempt, DeliveryEnd, DeliveryPolicy, DeliveryTarget, Flow, WebhookClient};
-use crate::service::{AppendSpec, StoreDeadline, Streams, DEFAULT_PROJECT};
+use super::webhook::{DeliveryPolicy, WebhookClient};
+use crate::service::Streams;
 use hex::encode as hex;
 
-/// Longest a wake event's append waits for its acknowledgement (it goes on
-/// past that; the wait only bounds the background task).
-const WAKE_APPEND_WAIT_MAX: Duration = Duration::from_secs(30);
+/// The label the token key is derived under from the server seed.
+const TOKEN_KEY_LABEL: &str = "strata subscription tokens v1";
 
-/// A wake in flight.
-struct Wake {
-    id: String,
-    /// The linked tails at the wake: what a `done` acknowledges.
-    snapshot: BTreeMap<String, u64>,
-    /// The worker that claimed it (pull-wake).
-    holder: Option<String>,
+/// A subscription's identity: its project and id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct SubKey {
+    pub project: String,
+    pub id: String,
 }
 
-struct SubState {
-    record: SubRecord,
-    stored: Option<StoredRecord>,
-    status: SubStatus,
-    wake: Option<Wake>,
+pub(super) struct SubState {
+    pub record: SubRecord,
+    pub stored: Option<StoredRecord>,
+    pub status: SubStatus,
     /// Grows with every lease start; a lease timer acts only on its own.
-    lease_epoch: u64,
-    /// The key pull-wake events are appended with (memory only).
-    wake_key: Option<StreamKey>,
-    deleted: bool,
+    pub lease_epoch: u64,
+    /// The key pull-wake events are appended with (memory only: the server
+    /// never stores a stream key; it is learnt again from the next request
+    /// that carries one).
+    pub wake_key: Option<StreamKey>,
+    /// Deleted, or handed to the next coordinator: nothing acts on it.
+    pub retired: bool,
 }
 
 impl SubState {
@@ -76,36 +79,46 @@ impl SubState {
             record: stored.value.clone(),
             stored: Some(stored),
             status: SubStatus::Active,
-            wake: None,
             lease_epoch: 0,
             wake_key: None,
-            deleted: false,
+            retired: false,
         }
     }
 
     /// Whether the wake of `generation` is still the one in flight.
-    fn is_current(&self, generation: u64) -> bool {
-        self.record.generation == generation && self.wake.is_some() && !self.deleted
+    pub fn is_current(&self, generation: u64) -> bool {
+        self.record.generation == generation && self.record.wake.is_some() && !self.retired
     }
 }
 
-struct Sub {
-    id: String,
-    state: Mutex<SubState>,
+pub(super) struct Sub {
+    pub key: SubKey,
+    pub state: Mutex<SubState>,
 }
 
-/// The subscriptions of the default project.
+/// The subscriptions this server serves (none while another one does).
+#[derive(Default)]
+struct Term {
+    serving: bool,
+    /// Grows with every resume and suspend: a load installs its records
+    /// only if no suspend (or newer resume) came while it read them.
+    number: u64,
+    subs: HashMap<SubKey, Arc<Sub>>,
+}
+
+/// Every project's subscriptions; see the module header.
 pub struct Subscriptions {
-    streams: Arc<Streams>,
-    records: RecordStore,
-    signer: Signer,
-    tokens: TokenKey,
-    subs: parking_lot::Mutex<HashMap<String, Arc<Sub>>>,
-    webhooks: WebhookClient,
+    pub(super) streams: Arc<Streams>,
+    pub(super) records: RecordStore,
+    pub(super) signer: Signer,
+    pub(super) tokens: TokenKey,
+    term: tokio::sync::RwLock<Term>,
+    pub(super) webhooks: WebhookClient,
+    pub(super) coordination: Coordination,
 }
 
 /// `ms` since the Unix epoch as RFC 3339 with milliseconds (`…Z`).
-fn rfc3339_ms(ms: u64) -> String {
+pub(super) fn rfc3339_ms(ms: u64) -> String {
     i64::try_from(ms)
         .ok()
         .and_then(chrono::DateTime::from_timestamp_millis)
@@ -114,58 +127,147 @@ fn rfc3339_ms(ms: u64) -> String {
 }
 
 impl Subscriptions {
-    /// Loads (or creates) the signing key and every stored subscription.
+    /// Opens the service with the store's signing key; a single server
+    /// (`fleet` false) loads every subscription now, a fleet member when it
+    /// claims shard 0.
     pub async fn open(
         streams: Arc<Streams>,
-        store: Arc<dyn ObjectStore>,
+        signer: Signer,
         allow_loopback_webhooks: bool,
+        fleet: bool,
     ) -> Result<Arc<Subscriptions>, OpenError> {
         let policy = DeliveryPolicy::default();
-        Self::open_with_policy(streams, store, allow_loopback_webhooks, policy).await
+        Self::open_with_policy(streams, signer, allow_loopback_webhooks, fleet, policy).await
     }
 
     /// [`Subscriptions::open`] with webhooks delivered under `policy`.
     pub(crate) async fn open_with_policy(
         streams: Arc<Streams>,
-        store: Arc<dyn ObjectStore>,
+        signer: Signer,
         allow_loopback_webhooks: bool,
+        fleet: bool,
         policy: DeliveryPolicy,
     ) -> Result<Arc<Subscriptions>, OpenError> {
-        let signer = Signer::load(&store, || streams.random_bytes16()).await?;
-        let mut token_key = [0u8; 32];
-        token_key[..16].copy_from_slice(&streams.random_bytes16());
-        token_key[16..].copy_from_slice(&streams.random_bytes16());
+        let tokens = TokenKey::new(&signer.derive(TOKEN_KEY_LABEL))?;
         let webhooks = WebhookClient::new(allow_loopback_webhooks, policy)
             .map_err(OpenError::WebhookClient)?;
-        let records = RecordStore::new(store);
+        let subs = Arc::new(Subscriptions {
+            records: RecordStore::new(streams.store()),
+            coordination: Coordination::new(streams.clone(), fleet),
+            streams,
+            signer,
+            tokens,
+            term: tokio::sync::RwLock::new(Term::default()),
+            webhooks,
+        });
+        if !fleet {
+            subs.resume().await?;
+        }
+        Ok(subs)
+    }
+
+    /// Starts serving: reads every project's records again (another server
+    /// may have changed them) and carries every wake in flight on.
+    pub async fn resume(self: &Arc<Self>) -> Result<(), OpenError> {
+        let number = {
+            let mut term = self.term.write().await;
+            term.number += 1;
+            term.number
+        };
+        let loaded = self.records.load_all().await?;
         let mut subs = HashMap::new();
-        for stored in records.load_all().await? {
-            let id = stored.value.id.clone();
+        for (project, stored) in loaded {
+            let key = SubKey {
+                project,
+                id: stored.value.id.clone(),
+            };
             let sub = Arc::new(Sub {
-                id: id.clone(),
+                key: key.clone(),
                 state: Mutex::new(SubState::loaded(stored)),
             });
-            subs.insert(id, sub);
+            subs.insert(key, sub);
         }
-        Ok(Arc::new(Subscriptions {
-            streams,
-            records,
-            signer,
-            tokens: TokenKey::new(&token_key)?,
-            subs: parking_lot::Mutex::new(subs),
-            webhooks,
-        }))
+        let carried: Vec<Arc<Sub>> = subs.values().cloned().collect();
+        let old = {
+            let mut term = self.term.write().await;
+            if term.number != number || !self.coordination.holds_coordinator_shard() {
+                // Suspended (shard 0 left) while the records were read.
+                drop(term);
+                Self::retire_all(subs).await;
+                return Ok(());
+            }
+            term.serving = true;
+            std::mem::replace(&mut term.subs, subs)
+        };
+        Self::retire_all(old).await;
+        tracing::info!(
+            subscriptions = carried.len(),
+            "subscriptions: serving them here"
+        );
+        for sub in carried {
+            let mut st = sub.state.lock().await;
+            self.carry_on(&sub, &mut st).await;
+        }
+        Ok(())
+    }
+
+    /// Stops serving (another server serves the subscriptions now).
+    pub async fn suspend(&self) {
+        let old = {
+            let mut term = self.term.write().await;
+            term.number += 1;
+            term.serving = false;
+            std::mem::take(&mut term.subs)
+        };
+        if !old.is_empty() {
+            tracing::info!(
+                subscriptions = old.len(),
+                "subscriptions: served elsewhere now"
+            );
+        }
+        Self::retire_all(old).await;
+    }
+
+    async fn retire_all(subs: HashMap<SubKey, Arc<Sub>>) {
+        for sub in subs.into_values() {
+            let mut st = sub.state.lock().await;
+            st.retired = true;
+            st.lease_epoch += 1;
+        }
     }
 
     /// Writes the record after a change (best effort after the first write:
-    /// a failed save leaves the in-memory state authoritative until restart).
-    async fn save(&self, id: &str, st: &mut SubState) -> Result<(), SubError> {
+    /// a failed save leaves the in-memory state authoritative until the
+    /// subscriptions are loaded again).
+    pub(super) async fn save(&self, sub: &SubKey, st: &mut SubState) -> Result<(), SubError> {
         st.record.write_token = hex(self.streams.random_bytes16());
-        self.records.save(id, &st.record, &mut st.stored).await
+        self.records
+            .save(&sub.project, &st.record, &mut st.stored)
+            .await
     }
 
-    fn get_sub(&self, id: &str) -> Result<Arc<Sub>, SubError> {
-        self.subs.lock().get(id).cloned().ok_or(SubError::NotFound)
+    pub(super) async fn get_sub(&self, project: &str, id: &str) -> Result<Arc<Sub>, SubError> {
+        let term = self.term.read().await;
+        if !term.serving {
+            return Err(SubError::Unavailable(
+                "the subscriptions are moving to another server; retry".into(),
+            ));
+        }
+        let key = SubKey {
+            project: project.to_string(),
+            id: id.to_string(),
+        };
+        term.subs.get(&key).cloned().ok_or(SubError::NotFound)
+    }
+
+    /// Every subscription of `project` (`None`: of every project).
+    pub(super) async fn subs_of(&self, project: Option<&str>) -> Vec<Arc<Sub>> {
+        let term = self.term.read().await;
+        term.subs
+            .values()
+            .filter(|sub| project.is_none_or(|p| sub.key.project == p))
+            .cloned()
+            .collect()
     }
 
     /// The JWKS document receivers verify webhook signatures with.
@@ -173,14 +275,16 @@ impl Subscriptions {
         self.signer.jwks()
     }
 
-    /// Checks a bearer token for subscription `id` against the clock.
+    /// Checks a bearer token for subscription `id` against the clock (the
+    /// token names its project).
     pub fn verify_token(&self, id: &str, token: Option<&str>) -> Result<VerifiedToken, SubError> {
         self.tokens.check(id, token, self.streams.now_ms())
     }
 
-    fn mint_token(&self, id: &str, generation: u64) -> String {
+    pub(super) fn mint_token(&self, sub: &SubKey, generation: u64) -> String {
         self.tokens.mint(
-            id,
+            &sub.project,
+            &sub.id,
             generation,
             self.streams.now_ms(),
             self.streams.random_bytes16(),
@@ -191,11 +295,85 @@ impl Subscriptions {
         format!("{base}/v1/stream/__ds/jwks.json")
     }
 
+    // ------------------------------------------------------ the fleet
+
+    /// Called after an append to `name` in `project` on this server: the
+    /// subscriptions hear of it here, or the relay tells their server.
+    pub fn appended(self: &Arc<Self>, project: &str, name: &str) {
+        let append = AppendedStream {
+            project: project.to_string(),
+            stream: name.to_string(),
+        };
+        match self.coordination.locate() {
+            CoordinatorAt::Here => {
+                let me = self.clone();
+                tokio::spawn(async move { me.on_append(&append.project, append.stream).await });
+            }
+            CoordinatorAt::Elsewhere(_) | CoordinatorAt::Unknown => self.relay(Some(append)),
+        }
+    }
+
+    /// Asks the subscriptions' server to re-check every subscription (this
+    /// member claimed a shard: appends to it may not have been told).
+    pub fn ask_sweep(self: &Arc<Self>) {
+        match self.coordination.locate() {
+            CoordinatorAt::Here => {
+                let me = self.clone();
+                tokio::spawn(async move { me.sweep().await });
+            }
+            CoordinatorAt::Elsewhere(_) | CoordinatorAt::Unknown => self.relay(None),
+        }
+    }
+
+    fn relay(self: &Arc<Self>, append: Option<AppendedStream>) {
+        if self.coordination.queue(append) {
+            tokio::spawn(relay_loop(self.clone()));
+        }
+    }
+
+    /// A batch told by another member (this server is the coordinator).
+    pub async fn told(self: &Arc<Self>, batch: AppendedBatch) -> Result<(), SubError> {
+        if !matches!(self.coordination.locate(), CoordinatorAt::Here) {
+            return Err(SubError::Unavailable(
+                "the subscriptions are served by another member".into(),
+            ));
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            if batch.sweep {
+                me.sweep().await;
+            }
+            for append in batch.appends {
+                me.on_append(&append.project, append.stream).await;
+            }
+        });
+        Ok(())
+    }
+
+    /// The tails a peer asked for, of the streams this member serves.
+    pub async fn local_tails(
+        &self,
+        request: super::coordinator::TailsRequest,
+    ) -> super::coordinator::TailsAnswer {
+        self.coordination.local_tails(request).await
+    }
+
+    pub fn set_peers(&self, peers: Arc<dyn super::coordinator::SubscriptionPeers>) {
+        self.coordination.set_peers(peers);
+    }
+
+    /// Whether the subscriptions follow shard 0 (a fleet).
+    pub fn is_fleet(&self) -> bool {
+        self.coordination.is_fleet()
+    }
+
     // ------------------------------------------------------------- CRUD
 
-    /// PUT: creates, or confirms an identical existing subscription.
+    /// PUT: creates, or confirms an identical existing subscription (and
+    /// learns the request's stream key for its wake events).
     pub async fn put(
         self: &Arc<Self>,
+        project: &str,
         id: &str,
         config: SubConfig,
         base_url: &str,
@@ -203,53 +381,29 @@ impl Subscriptions {
     ) -> Result<PutAnswer, SubError> {
         check_id(id)?;
         let hash = config.hash()?;
-        if let Ok(existing) = self.get_sub(id) {
-            let st = existing.state.lock().await;
-            if !st.deleted {
-                if st.record.config_hash == hash {
+        match self.get_sub(project, id).await {
+            Ok(existing) => {
+                let mut st = existing.state.lock().await;
+                if !st.retired {
+                    if st.record.config_hash != hash {
+                        return Err(SubError::AlreadyExists);
+                    }
+                    if key.is_some() {
+                        st.wake_key = key;
+                    }
                     return Ok(PutAnswer {
                         created: false,
                         subscription: self.describe(&st.record, st.status),
                     });
                 }
-                return Err(SubError::AlreadyExists);
             }
+            Err(SubError::NotFound) => {}
+            Err(e) => return Err(e),
         }
         if let Some(url) = &config.webhook_url {
             self.webhooks.validate_url(url)?;
         }
-        // Explicit streams start at their current tail, and so does every
-        // existing stream the pattern matches: nothing already there is pending.
-        let mut links = BTreeMap::new();
-        for path in &config.streams {
-            let tail = self.tail(path).await.unwrap_or(0);
-            links.insert(
-                path.clone(),
-                Link {
-                    glob: false,
-                    explicit: true,
-                    acked: Some(tail),
-                },
-            );
-        }
-        if let Some(pattern) = &config.pattern {
-            let names = self
-                .streams
-                .live_names(DEFAULT_PROJECT)
-                .await
-                .map_err(|e| SubError::Unavailable(e.to_string()))?;
-            for name in names {
-                if glob_match(pattern, &name) {
-                    if let Some(tail) = self.tail(&name).await {
-                        let link = links.entry(name).or_insert(Link {
-                            acked: Some(tail),
-                            ..Link::default()
-                        });
-                        link.glob = true;
-                    }
-                }
-            }
-        }
+        let links = self.initial_links(project, &config).await?;
         let record = SubRecord {
             format: RECORD_FORMAT,
             id: id.to_string(),
@@ -260,29 +414,86 @@ impl Subscriptions {
             links,
             generation: 0,
             write_token: String::new(),
+            wake: None,
         };
         let mut state = SubState {
             record,
             stored: None,
             status: SubStatus::Active,
-            wake: None,
             lease_epoch: 0,
             wake_key: key,
-            deleted: false,
+            retired: false,
+        };
+        let sub_key = SubKey {
+            project: project.to_string(),
+            id: id.to_string(),
         };
         // A subscription deleted earlier under this id may still be stored.
-        state.stored = self.records.load(id).await;
-        self.save(id, &mut state).await?;
+        state.stored = self.records.load(project, id).await;
+        self.save(&sub_key, &mut state).await?;
         let subscription = self.describe(&state.record, state.status);
         let sub = Arc::new(Sub {
-            id: id.to_string(),
+            key: sub_key.clone(),
             state: Mutex::new(state),
         });
-        self.subs.lock().insert(id.to_string(), sub);
+        let mut term = self.term.write().await;
+        if !term.serving {
+            return Err(SubError::Unavailable(
+                "the subscriptions moved to another server while this one was created; retry"
+                    .into(),
+            ));
+        }
+        term.subs.insert(sub_key, sub);
         Ok(PutAnswer {
             created: true,
             subscription,
         })
+    }
+
+    /// Explicit streams start at their current tail, and so does every
+    /// existing stream the pattern matches: nothing already there is pending.
+    async fn initial_links(
+        &self,
+        project: &str,
+        config: &SubConfig,
+    ) -> Result<BTreeMap<String, Link>, SubError> {
+        let explicit: Vec<String> = config.streams.iter().cloned().collect();
+        let mut matched = Vec::new();
+        if let Some(pattern) = &config.pattern {
+            let names = self
+                .streams
+                .live_names(project)
+                .await
+                .map_err(|e| SubError::Unavailable(e.to_string()))?;
+            matched = names
+                .into_iter()
+                .filter(|name| glob_match(pattern, name))
+                .collect();
+        }
+        let all: Vec<String> = explicit.iter().chain(&matched).cloned().collect();
+        let tails = self.coordination.tails(project, &all).await;
+        let mut links = BTreeMap::new();
+        for path in explicit {
+            let acked = Some(tails.get(&path).copied().unwrap_or(0));
+            links.insert(
+                path,
+                Link {
+                    glob: false,
+                    explicit: true,
+                    acked,
+                },
+            );
+        }
+        for name in matched {
+            if let Some(tail) = tails.get(&name).copied() {
+                let link = links.entry(name).or_insert(Link {
+                    acked: Some(tail),
+                    ..Link::default()
+                });
+                link.glob = true;
+            }
+        }
+        Ok(links)
     }
 
     fn describe(&self, record: &SubRecord, status: SubStatus) -> Description {
@@ -322,38 +533,43 @@ impl Subscriptions {
         }
     }
 
-    pub async fn get(&self, id: &str) -> Result<Description, SubError> {
-        let sub = self.get_sub(id)?;
+    pub async fn get(&self, project: &str, id: &str) -> Result<Description, SubError> {
+        let sub = self.get_sub(project, id).await?;
         let st = sub.state.lock().await;
-        if st.deleted {
+        if st.retired {
             return Err(SubError::NotFound);
         }
         Ok(self.describe(&st.record, st.status))
     }
 
     /// Deletes the subscription (deleting a missing one is not an error).
-    pub async fn delete(&self, id: &str) -> Result<(), SubError> {
-        let Some(sub) = self.subs.lock().remove(id) else {
-            return Ok(());
+    pub async fn delete(&self, project: &str, id: &str) -> Result<(), SubError> {
+        let sub = match self.get_sub(project, id).await {
+            Ok(sub) => sub,
+            Err(SubError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
         };
+        self.term.write().await.subs.remove(&sub.key);
         let mut st = sub.state.lock().await;
-        st.deleted = true;
-        st.wake = None;
+        st.retired = true;
+        st.record.wake = None;
         st.lease_epoch += 1;
-        self.records.delete(id).await;
+        self.records.delete(project, id).await;
         Ok(())
     }
 
     /// Links explicit streams, each from its current tail.
     pub async fn add_streams(
         self: &Arc<Self>,
+        project: &str,
         id: &str,
         request: AddStreamsRequest,
     ) -> Result<(), SubError> {
-        let sub = self.get_sub(id)?;
+        let sub = self.get_sub(project, id).await?;
         let mut st = sub.state.lock().await;
+        let tails = self.coordination.tails(project, &request.streams).await;
         for path in request.streams {
-            let tail = self.tail(&path).await.unwrap_or(0);
+            let tail = tails.get(&path).copied().unwrap_or(0);
             let link = st.record.links.entry(path.clone()).or_insert(Link {
                 acked: Some(tail),
                 ..Link::default()
@@ -361,13 +577,13 @@ impl Subscriptions {
             link.explicit = true;
             st.record.config.streams.insert(path);
         }
-        self.save(id, &mut st).await
+        self.save(&sub.key, &mut st).await
     }
 
     /// Unlinks an explicit stream (a stream the pattern matches stays linked).
-    pub async fn remove_stream(&self, id: &str, path: &str) -> Result<(), SubError> {
+    pub async fn remove_stream(&self, project: &str, id: &str, path: &str) -> Result<(), SubError> {
         let path = normalise_path(path);
-        let sub = self.get_sub(id)?;
+        let sub = self.get_sub(project, id).await?;
         let mut st = sub.state.lock().await;
         st.record.config.streams.remove(&path);
         let drop_link = match st.record.links.get_mut(&path) {
@@ -380,406 +596,23 @@ impl Subscriptions {
         if drop_link {
             st.record.links.remove(&path);
         }
-        self.save(id, &mut st).await
-    }
-
-    // ----------------------------------------------------------- wakes
-
-    async fn tail(&self, path: &str) -> Option<u64> {
-        self.streams
-            .head(DEFAULT_PROJECT, path)
-            .await
-            .ok()
-            .map(|m| m.tail)
-    }
-
-    /// Linked streams with their tails and whether they are pending.
-    async fn linked_tails(&self, st: &SubState) -> Vec<LinkedTail> {
-        let mut out = Vec::new();
-        for (path, link) in &st.record.links {
-            let Some(tail) = self.tail(path).await else {
-                continue;
-            };
-            let pending = link.acked.map_or(tail > 0, |a| tail > a);
-            out.push(LinkedTail {
-                path: path.clone(),
-                link: link.clone(),
-                tail,
-                pending,
-            });
-        }
-        out
-    }
-
-    /// Called after an append to `name`: links it where a pattern matches, and
-    /// wakes every subscription with pending work.
-    pub async fn on_append(self: &Arc<Self>, name: String) {
-        let subs: Vec<Arc<Sub>> = self.subs.lock().values().cloned().collect();
-        for sub in subs {
-            let mut st = sub.state.lock().await;
-            if st.deleted {
-                continue;
-            }
-            let matches = st
-                .record
-                .config
-                .pattern
-                .as_deref()
-                .is_some_and(|p| glob_match(p, &name));
-            let mut changed = false;
-            if matches {
-                let link = st.record.links.entry(name.clone()).or_default();
-                if !link.glob {
-                    link.glob = true;
-                    changed = true;
-                }
-            }
-            if !st.record.links.contains_key(&name) {
-                continue;
-            }
-            if changed {
-                let _ = self.save(&sub.id, &mut st).await;
-            }
-            self.maybe_wake(&sub, &mut st).await;
-        }
-    }
-
-    /// Wakes the subscription if it is idle and has pending work; returns
-    /// whether it woke. (Boxed: delivery re-wakes, which delivers again.)
-    fn maybe_wake<'a>(
-        self: &'a Arc<Self>,
-        sub: &'a Arc<Sub>,
-        st: &'a mut SubState,
-    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
-        Box::pin(self.wake_now(sub, st))
-    }
-
-    async fn wake_now(self: &Arc<Self>, sub: &Arc<Sub>, st: &mut SubState) -> bool {
-        if st.deleted || st.wake.is_some() {
-            return false;
-        }
-        let tails = self.linked_tails(st).await;
-        if !tails.iter().any(|t| t.pending) {
-            return false;
-        }
-        st.record.generation += 1;
-        let generation = st.record.generation;
-        let wake_id = format!("w_{}", &hex(self.streams.random_bytes16())[..24]);
-        let snapshot: BTreeMap<String, u64> =
-            tails.iter().map(|t| (t.path.clone(), t.tail)).collect();
-        st.wake = Some(Wake {
-            id: wake_id.clone(),
-            snapshot,
-            holder: None,
-        });
-        let _ = self.save(&sub.id, st).await;
-        match st.record.config.kind {
-            Kind::Webhook => {
-                let body = WakeBody {
-                    callback_token: self.mint_token(&sub.id, generation),
-                    callback_url: format!(
-                        "{}/v1/stream/__ds/subscriptions/{}/callback",
-                        st.record.base_url, sub.id
-                    ),
-                    generation,
-                    streams: StreamState::of(&tails),
-                    subscription_id: sub.id.clone(),
-                    wake_id,
-                };
-                self.start_lease(sub, st);
-                match serde_json::to_string(&body) {
-                    Ok(body) => {
-                        let delivery = WakeDelivery {
-                            subs: self.clone(),
-                            sub: sub.clone(),
-                            generation,
-                        };
-                        tokio::spawn(async move { delivery.run(body).await });
-                    }
-                    // The lease lapses and re-wakes.
-                    Err(e) => {
-                        tracing::warn!(subscription = %sub.id, error = %e, "encoding a wake failed")
-                    }
-                }
-            }
-            Kind::PullWake => {
-                let trigger = tails
-                    .iter()
-                    .find(|t| t.pending)
-                    .map(|t| t.path.clone())
-                    .unwrap_or_default();
-                self.append_wake_event(st, &sub.id, &trigger, generation)
-                    .await;
-            }
-        }
-        true
-    }
-
-    async fn append_wake_event(&self, st: &SubState, id: &str, stream: &str, generation: u64) {
-        let (Some(wake_stream), Some(key)) = (&st.record.config.wake_stream, &st.wake_key) else {
-            return;
-        };
-        let event = WakeEvent {
-            generation,
-            stream: stream.to_string(),
-            subscription_id: id.to_string(),
-            ts: self.streams.now_ms(),
-            kind: "wake",
-        };
-        let body = match serde_json::to_vec(&event) {
-            Ok(body) => Bytes::from(body),
-            Err(e) => {
-                tracing::warn!(subscription = id, error = %e, "encoding a wake event failed");
-                return;
-            }
-        };
-        let spec = AppendSpec {
-            routing_key: Bytes::new(),
-            content_type: Some("application/json".into()),
-            body,
-            records: None,
-            producer: None,
-            stream_seq: None,
-            close: false,
-        };
-        if let Err(e) = self
-            .streams
-            .append(
-                DEFAULT_PROJECT,
-                wake_stream,
-                spec,
-                key,
-                StoreDeadline::after(WAKE_APPEND_WAIT_MAX),
-            )
-            .await
-        {
-            tracing::warn!(subscription = id, error = %e, "appending a wake event failed");
-        }
-    }
-
-    fn start_lease(self: &Arc<Self>, sub: &Arc<Sub>, st: &mut SubState) {
-        st.lease_epoch += 1;
-        let epoch = st.lease_epoch;
-        let ttl = Duration::from_millis(st.record.config.lease_ttl_ms);
-        let me = self.clone();
-        let sub = sub.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(ttl).await;
-            let mut st = sub.state.lock().await;
-            if st.lease_epoch != epoch || st.wake.is_none() || st.deleted {
-                return;
-            }
-            // Unanswered: the wake lapses and, if work is pending, comes again.
-            st.wake = None;
-            me.maybe_wake(&sub, &mut st).await;
-        });
-    }
-
-    /// Moves every linked stream's acknowledged offset up to the wake's
-    /// snapshot and ends the wake.
-    fn ack_snapshot(st: &mut SubState) {
-        if let Some(wake) = st.wake.take() {
-            for (path, tail) in wake.snapshot {
-                if let Some(link) = st.record.links.get_mut(&path) {
-                    link.acked = Some(link.acked.map_or(tail, |a| a.max(tail)));
-                }
-            }
-        }
-        st.lease_epoch += 1;
-    }
-
-    // ------------------------------------------------------ answers
-
-    /// `callback` (webhooks) and `ack` (pull-wake): fenced acknowledgements.
-    pub async fn acknowledge(
-        self: &Arc<Self>,
-        token: &VerifiedToken,
-        request: AckRequest,
-    ) -> Result<AckAnswer, SubError> {
-        let id = token.subscription();
-        let sub = self.get_sub(id)?;
-        let mut st = sub.state.lock().await;
-        Self::fence(&st, token, &request.wake)?;
-        let mut acks = Vec::new();
-        for entry in request.acks {
-            let (path, offset) = match entry {
-                AckEntry::Ack { stream, offset } => (stream, offset),
-                AckEntry::NoStream => return Err(SubError::AckWithoutStream),
-                AckEntry::BadOffset { .. } => return Err(SubError::AckOffsetInvalid),
-            };
-            let acked = st
-                .record
-                .links
-                .get(&path)
-                .ok_or_else(|| SubError::NotLinked {
-                    stream: path.clone(),
-                })?
-                .acked;
-            let tail = self.tail(&path).await.unwrap_or(0);
-            if acked.is_some_and(|a| offset < a) || offset > tail {
-                return Err(SubError::AckOutOfRange { stream: path });
-            }
-            acks.push((path, offset));
-        }
-        for (path, offset) in acks {
-            if let Some(link) = st.record.links.get_mut(&path) {
-                link.acked = Some(offset);
-            }
-        }
-        let next_wake = if request.done {
-            st.wake = None;
-            st.lease_epoch += 1;
-            let _ = self.save(id, &mut st).await;
-            self.maybe_wake(&sub, &mut st).await
-        } else {
-            let _ = self.save(id, &mut st).await;
-            self.start_lease(&sub, &mut st);
-            false
-        };
-        Ok(AckAnswer {
-            next_wake,
-            ok: true,
-        })
-    }
-
-    fn fence(st: &SubState, token: &VerifiedToken, wake: &WakeRef) -> Result<(), SubError> {
-        let current = st.wake.as_ref().map(|w| w.id.as_str());
-        if st.deleted
-            || token.generation() != st.record.generation
-            || wake.generation != Some(st.record.generation)
-            || wake.wake_id.is_none()
-            || wake.wake_id.as_deref() != current
-        {
-            return Err(SubError::Fenced);
-        }
-        Ok(())
-    }
-
-    /// A worker claims the pending wake of a pull-wake subscription.
-    pub async fn claim(
-        self: &Arc<Self>,
-        id: &str,
-        request: ClaimRequest,
-    ) -> Result<ClaimAnswer, SubError> {
-        let sub = self.get_sub(id)?;
-        let mut st = sub.state.lock().await;
-        if st.record.config.kind != Kind::PullWake {
-            return Err(SubError::NotPullWake);
-        }
-        if let Some(holder) = st.wake.as_ref().and_then(|w| w.holder.clone()) {
-            return Err(SubError::AlreadyClaimed {
-                holder,
-                generation: st.record.generation,
-            });
-        }
-        let tails = self.linked_tails(&st).await;
-        if !tails.iter().any(|t| t.pending) {
-            return Err(SubError::NoPendingWork);
-        }
-        if st.wake.is_none() {
-            self.maybe_wake(&sub, &mut st).await;
-        }
-        let generation = st.record.generation;
-        let token = self.mint_token(id, generation);
-        let wake = st.wake.as_mut().ok_or(SubError::NoPendingWork)?;
-        wake.holder = Some(request.worker);
-        let wake_id = wake.id.clone();
-        self.start_lease(&sub, &mut st);
-        Ok(ClaimAnswer {
-            generation,
-            lease_ttl_ms: st.record.config.lease_ttl_ms,
-            streams: StreamState::of(&tails),
-            token,
-            wake_id,
-        })
-    }
-
-    /// Gives the current wake up (it comes again if work is pending).
-    pub async fn release(
-        self: &Arc<Self>,
-        token: &VerifiedToken,
-        wake: WakeRef,
-    ) -> Result<(), SubError> {
-        let sub = self.get_sub(token.subscription())?;
-        let mut st = sub.state.lock().await;
-        Self::fence(&st, token, &wake)?;
-        st.wake = None;
-        st.lease_epoch += 1;
-        self.maybe_wake(&sub, &mut st).await;
-        Ok(())
+        self.save(&sub.key, &mut st).await
     }
 }
 
-/// One webhook wake being delivered (the delivery loop's view of it).
-struct WakeDelivery {
-    subs: Arc<Subscriptions>,
-    sub: Arc<Sub>,
-    generation: u64,
-}
-
-impl WakeDelivery {
-    async fn run(self, body: String) {
-        let span = tracing::debug_span!("webhook", subscription = %self.sub.id, generation = self.generation);
-        match self
-            .subs
-            .webhooks
-            .deliver(&self, &body)
-            .instrument(span)
-            .await
-        {
-            DeliveryEnd::GaveUp { attempts } => tracing::info!(
-                subscription = %self.sub.id,
-                attempts,
-                "webhook delivery gave up; the wake's lease will re-wake"
-            ),
-            DeliveryEnd::Stopped { .. } => {}
-        }
-    }
-}
-
-impl DeliveryTarget for WakeDelivery {
-    async fn url(&self) -> Option<String> {
-        let st = self.sub.state.lock().await;
-        if !st.is_current(self.generation) {
-            return None;
-        }
-        st.record.config.webhook_url.clone()
-    }
-
-    fn signature(&self, body: &str) -> String {
-        let t = self.subs.streams.now_ms() / 1000;
-        self.subs.signer.signature_header(t, body)
-    }
-
-    async fn settle(&self, attempt: Attempt) -> Flow {
-        let mut st = self.sub.state.lock().await;
-        if !st.is_current(self.generation) {
-            return Flow::Stop;
-        }
-        match attempt {
-            Attempt::Done => {
-                st.status = SubStatus::Active;
-                Subscriptions::ack_snapshot(&mut st);
-                let _ = self.subs.save(&self.sub.id, &mut st).await;
-                self.subs.maybe_wake(&self.sub, &mut st).await;
-                Flow::Stop
+/// Tells the coordinator, batch by batch, about appends queued here, for as
+/// long as the process lives (bounded: see `coordinator.rs`).
+async fn relay_loop(me: Arc<Subscriptions>) {
+    let mut backoff = Coordination::backoff_start();
+    loop {
+        let batch = me.coordination.next_batch().await;
+        match me.coordination.locate() {
+            CoordinatorAt::Here => {
+                let _ = me.told(batch).await;
             }
-            Attempt::Accepted => {
-                st.status = SubStatus::Active;
-                Flow::Stop
-            }
-            Attempt::Failed => {
-                st.status = SubStatus::Failed;
-                Flow::Retry
-            }
+            CoordinatorAt::Elsewhere(url) => me.coordination.send(&url, batch, &mut backoff).await,
+            CoordinatorAt::Unknown => me.coordination.hold(batch, &mut backoff).await,
         }
-    }
-
-    fn random_u64(&self) -> u64 {
-        let bytes = self.subs.streams.random_bytes16();
-        let mut low = [0u8; 8];
-        low.copy_from_slice(&bytes[..8]);
-        u64::from_le_bytes(low)
     }
 }
 

@@ -8,11 +8,20 @@ use http_body_util::{BodyExt, Full};
 use strata_engine::{Clock, EngineEnv, InstanceId, SeededEntropy, Shard, ShardConfig, ShardName};
 use strata_manifest::RetryPolicy;
 
+use std::time::Duration;
+
+use bytes::Bytes;
+use object_store::ObjectStore;
+
 use super::*;
 use crate::service::registry::Registry;
 use crate::service::subscriptions::requests::LEASE_MS_MIN;
+use crate::service::subscriptions::requests::{AckEntry, AckRequest, ClaimRequest, WakeRef};
+use crate::service::subscriptions::store::Kind;
 use crate::service::subscriptions::tokens::TOKEN_LIFETIME_S;
 use crate::service::subscriptions::webhook::DELIVERY_ATTEMPTS_MAX;
+use crate::service::subscriptions::{ClaimAnswer, PutAnswer};
+use crate::service::{AppendSpec, StoreDeadline, DEFAULT_PROJECT};
 use crate::service::{CreateMode, CreateSpec, Expiry, StreamsConfig};
 
 const START_MS: u64 = 1_700_000_000_123;
@@ -28,6 +37,7 @@ impl Clock for ManualClock {
 }
 
 struct World {
+    store: Arc<dyn ObjectStore>,
     clock: Arc<ManualClock>,
     streams: Arc<Streams>,
     subs: Arc<Subscriptions>,
@@ -65,10 +75,10 @@ async fn world(policy: DeliveryPolicy) -> World {
         )
         .unwrap(),
     );
-    let subs = Subscriptions::open_with_policy(streams.clone(), store, true, policy)
-        .await
-        .unwrap();
+    let subs = open_subs(&streams, &store, policy).await;
+    let store = store.clone();
     World {
+        store,
         clock,
         streams,
         subs,
@@ -76,8 +86,41 @@ async fn world(policy: DeliveryPolicy) -> World {
     }
 }
 
+/// A subscription service on `streams` (another server of the same store,
+/// when called again).
+async fn open_subs(
+    streams: &Arc<Streams>,
+    store: &Arc<dyn ObjectStore>,
+    policy: DeliveryPolicy,
+) -> Arc<Subscriptions> {
+    let signer = Signer::load(store, || streams.random_bytes16())
+        .await
+        .unwrap();
+    Subscriptions::open_with_policy(streams.clone(), signer, true, false, policy)
+        .await
+        .unwrap()
+}
+
 impl World {
+    /// A pull-wake subscription `id` on stream `a` in `project`.
+    async fn put_pull_wake(&self, project: &str, id: &str) -> PutAnswer {
+        self.subs
+            .put(
+                project,
+                id,
+                config(Kind::PullWake, 600_000, None),
+                "http://h",
+                Some(self.key.clone()),
+            )
+            .await
+            .unwrap()
+    }
+
     async fn create(&self, name: &str) {
+        self.create_in(DEFAULT_PROJECT, name).await
+    }
+
+    async fn create_in(&self, project: &str, name: &str) {
         let spec = CreateSpec {
             mode: CreateMode::Raw,
             watches: Vec::new(),
@@ -88,13 +131,17 @@ impl World {
             fork: None,
         };
         self.streams
-            .create(DEFAULT_PROJECT, name, spec, &self.key)
+            .create(project, name, spec, &self.key)
             .await
             .unwrap();
     }
 
     /// Appends one record and tells the subscriptions (no observer is set).
     async fn append(&self, name: &str) {
+        self.append_in(DEFAULT_PROJECT, name).await
+    }
+
+    async fn append_in(&self, project: &str, name: &str) {
         let spec = AppendSpec {
             routing_key: Bytes::new(),
             content_type: Some("application/octet-stream".into()),
@@ -106,7 +153,7 @@ impl World {
         };
         self.streams
             .append(
-                DEFAULT_PROJECT,
+                project,
                 name,
                 spec,
                 &self.key,
@@ -114,7 +161,7 @@ impl World {
             )
             .await
             .unwrap();
-        self.subs.on_append(name.to_string()).await;
+        self.subs.on_append(project, name.to_string()).await;
     }
 }
 
@@ -141,22 +188,14 @@ fn creation_times_are_rfc3339_with_milliseconds() {
 async fn time_comes_from_the_injected_clock() {
     let w = world(DeliveryPolicy::default()).await;
     w.create("a").await;
-    let put = w
-        .subs
-        .put(
-            "s1",
-            config(Kind::PullWake, 600_000, None),
-            "http://h",
-            Some(w.key.clone()),
-        )
-        .await
-        .unwrap();
+    let put = w.put_pull_wake(DEFAULT_PROJECT, "s1").await;
     assert!(put.created);
     assert_eq!(put.subscription.created_at, "2023-11-14T22:13:20.123Z");
     w.append("a").await;
     let claim = w
         .subs
         .claim(
+            DEFAULT_PROJECT,
             "s1",
             ClaimRequest {
                 worker: "w1".into(),
@@ -226,6 +265,7 @@ async fn a_failing_webhook_is_retried_a_bounded_number_of_times_per_wake() {
     w.create("a").await;
     w.subs
         .put(
+            DEFAULT_PROJECT,
             "s1",
             config(Kind::Webhook, LEASE_MS_MIN, Some(url)),
             "http://h",
@@ -251,8 +291,108 @@ async fn a_failing_webhook_is_retried_a_bounded_number_of_times_per_wake() {
         "{seen:?}"
     );
     assert_eq!(
-        w.subs.get("s1").await.unwrap().status,
+        w.subs.get(DEFAULT_PROJECT, "s1").await.unwrap().status,
         SubStatus::Failed,
         "a wake given up on leaves the subscription failed"
     );
+}
+
+fn claim_request(worker: &str) -> ClaimRequest {
+    ClaimRequest {
+        worker: worker.into(),
+    }
+}
+
+/// Done with the claimed wake, every linked stream acknowledged to its tail.
+fn done(claim: &ClaimAnswer) -> AckRequest {
+    let acks = claim
+        .streams
+        .iter()
+        .map(|s| AckEntry::Ack {
+            stream: s.path.clone(),
+            offset: crate::ds::offsets::Offset::parse(&s.tail_offset).unwrap().0,
+        })
+        .collect();
+    AckRequest {
+        wake: WakeRef {
+            wake_id: Some(claim.wake_id.clone()),
+            generation: Some(claim.generation),
+        },
+        acks,
+        done: true,
+    }
+}
+
+/// The next server to serve the subscriptions (a restart, or another fleet
+/// member claiming shard 0) carries a claimed wake on: its holder, its
+/// generation and the holder's token, which it accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_wake_survives_a_move_to_another_server() {
+    let w = world(DeliveryPolicy::default()).await;
+    w.create("a").await;
+    w.put_pull_wake(DEFAULT_PROJECT, "s1").await;
+    w.append("a").await;
+    let claim = w
+        .subs
+        .claim(DEFAULT_PROJECT, "s1", claim_request("w1"))
+        .await
+        .unwrap();
+    w.subs.suspend().await;
+    assert!(matches!(
+        w.subs.get(DEFAULT_PROJECT, "s1").await,
+        Err(SubError::Unavailable(_))
+    ));
+    let next = open_subs(&w.streams, &w.store, DeliveryPolicy::default()).await;
+    match next.claim(DEFAULT_PROJECT, "s1", claim_request("w2")).await {
+        Err(SubError::AlreadyClaimed { holder, generation }) => {
+            assert_eq!((holder.as_str(), generation), ("w1", claim.generation))
+        }
+        other => panic!("the stored holder was not carried on: {other:?}"),
+    }
+    let token = next.verify_token("s1", Some(&claim.token)).unwrap();
+    let answer = next.acknowledge(&token, done(&claim)).await.unwrap();
+    assert!(answer.ok && !answer.next_wake);
+    // The retired service acts on nothing, even with a valid token.
+    let old = w.subs.verify_token("s1", Some(&claim.token)).unwrap();
+    assert!(w.subs.acknowledge(&old, done(&claim)).await.is_err());
+    // Done means done: nothing is pending any more, on a third server too.
+    let third = open_subs(&w.streams, &w.store, DeliveryPolicy::default()).await;
+    assert!(matches!(
+        third
+            .claim(DEFAULT_PROJECT, "s1", claim_request("w3"))
+            .await,
+        Err(SubError::NoPendingWork)
+    ));
+}
+
+/// Projects do not share subscriptions: the same id in two projects is two
+/// subscriptions, and a token acts only in the project it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_and_tokens_belong_to_one_project() {
+    let w = world(DeliveryPolicy::default()).await;
+    for project in [DEFAULT_PROJECT, "other"] {
+        w.create_in(project, "a").await;
+        w.put_pull_wake(project, "s1").await;
+    }
+    w.append_in("other", "a").await;
+    assert!(matches!(
+        w.subs
+            .claim(DEFAULT_PROJECT, "s1", claim_request("w1"))
+            .await,
+        Err(SubError::NoPendingWork)
+    ));
+    let claim = w
+        .subs
+        .claim("other", "s1", claim_request("w1"))
+        .await
+        .unwrap();
+    let token = w.subs.verify_token("s1", Some(&claim.token)).unwrap();
+    assert_eq!(token.project(), "other");
+    w.subs.acknowledge(&token, done(&claim)).await.unwrap();
+    w.subs.delete(DEFAULT_PROJECT, "s1").await.unwrap();
+    assert!(w.subs.get("other", "s1").await.is_ok());
+    assert!(matches!(
+        w.subs.get(DEFAULT_PROJECT, "s1").await,
+        Err(SubError::NotFound)
+    ));
 }

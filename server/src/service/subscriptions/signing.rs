@@ -9,7 +9,11 @@
 //!   create-only PUT: when two servers start at once the loser reads and uses
 //!   the winner's key, so every server of a store signs alike;
 //! * the signed message is `"{t}.{body}"` with `t` the signing time in Unix
-//!   seconds, taken from the caller's (injected) clock.
+//!   seconds, taken from the caller's (injected) clock;
+//! * the key's seed is the store's one server secret: the other keys every
+//!   server of a store must share (subscription tokens, the fleet's peer
+//!   key) are derived from it by [`Signer::derive`], HMAC-SHA256 of the seed
+//!   over a label, and never stored.
 
 use std::sync::Arc;
 
@@ -118,6 +122,19 @@ impl Signer {
         }
     }
 
+    /// A 32-byte key for `label`, derived from the seed (HMAC-SHA256 over
+    /// the label): the same on every server of the store.
+    pub fn derive(&self, label: &str) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut out = [0u8; 32];
+        // HMAC takes a key of any length: this cannot fail.
+        if let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.key.to_bytes()) {
+            mac.update(label.as_bytes());
+            out.copy_from_slice(&mac.finalize().into_bytes());
+        }
+        out
+    }
+
     /// The key id (`ds_` and the key's RFC 7638 thumbprint).
     pub fn kid(&self) -> &str {
         &self.kid
@@ -205,6 +222,16 @@ mod tests {
             .unwrap()
             .verify(b"1700000000.{}", &Signature::from_bytes(&sig))
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn derived_keys_are_shared_by_the_store_and_differ_by_label() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let first = Signer::load(&store, || [7; 16]).await.unwrap();
+        let again = Signer::load(&store, || [9; 16]).await.unwrap();
+        assert_eq!(first.derive("a"), again.derive("a"));
+        assert_ne!(first.derive("a"), first.derive("b"));
+        assert_ne!(first.derive("a"), Signer::from_seed(&[1; 32]).derive("a"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Subscription records and their CAS storage.
 //!
 //! Owns what is stored of a subscription ([`SubRecord`]: its configuration,
-//! links with acknowledged offsets, generation) and [`RecordStore`], which
+//! links with acknowledged offsets, generation and the wake in flight, with
+//! its holder and lease) and [`RecordStore`], which
 //! reads and writes the records as CAS JSON objects at
 //! `registry/<project>/subscriptions/<id-hash>.json` (`service::names::subscription`).
 //!
@@ -12,7 +13,10 @@
 //!   after an upgrade a conflict);
 //! * every write is a compare-and-swap against the version last read or
 //!   written, tagged with the record's fresh `write_token`; a failed write
-//!   re-reads, so the next one compares against what is stored.
+//!   re-reads, so the next one compares against what is stored;
+//! * everything a coordinator needs to carry a wake on is in the record, so
+//!   the server that serves the subscriptions next (after a restart, or
+//!   another fleet member) resumes the same wake, with the same tokens.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -25,7 +29,6 @@ use sha2::{Digest, Sha256};
 use strata_manifest::{CasObject, JsonCodec, JsonLayout, JsonObject, RetryPolicy, Versioned};
 
 use super::error::{OpenError, SubError};
-use crate::service::DEFAULT_PROJECT;
 use hex::encode as hex;
 
 /// The format number written into every record.
@@ -87,6 +90,23 @@ pub struct SubRecord {
     pub links: BTreeMap<String, Link>,
     pub generation: u64,
     pub write_token: String,
+    /// The wake in flight (absent when idle, and in records written before
+    /// wakes were stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<StoredWake>,
+}
+
+/// A wake in flight, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredWake {
+    pub id: String,
+    /// The linked tails at the wake: what a `done` acknowledges.
+    pub snapshot: BTreeMap<String, u64>,
+    /// The worker that claimed it (pull-wake).
+    pub holder: Option<String>,
+    /// When its lease lapses (ms since the Unix epoch, by the clock of the
+    /// server that started the lease).
+    pub lease_until_ms: u64,
 }
 
 impl JsonObject for SubRecord {
@@ -104,7 +124,7 @@ type SubRecordCodec = JsonCodec<SubRecord>;
 /// A record as last read from or written to the store.
 pub type StoredRecord = Versioned<SubRecord>;
 
-/// The subscription records of the default project in the object store.
+/// The subscription records of every project in the object store.
 pub struct RecordStore {
     store: Arc<dyn ObjectStore>,
 }
@@ -114,18 +134,37 @@ impl RecordStore {
         RecordStore { store }
     }
 
-    fn cas(&self, id: &str) -> CasObject<SubRecordCodec> {
+    fn cas(&self, project: &str, id: &str) -> CasObject<SubRecordCodec> {
         CasObject::new(
             self.store.clone(),
-            names::subscription(DEFAULT_PROJECT, id),
+            names::subscription(project, id),
             RetryPolicy::default(),
         )
     }
 
-    /// Every readable stored record (an unreadable one is logged and skipped).
-    pub async fn load_all(&self) -> Result<Vec<StoredRecord>, OpenError> {
-        let prefix =
-            object_store::path::Path::from(format!("registry/{DEFAULT_PROJECT}/subscriptions"));
+    /// Every readable stored record of every project, with its project (an
+    /// unreadable one is logged and skipped): one LIST of the projects, and
+    /// one per project.
+    pub async fn load_all(&self) -> Result<Vec<(String, StoredRecord)>, OpenError> {
+        let listed = self
+            .store
+            .list_with_delimiter(Some(&names::registry_prefix()))
+            .await
+            .map_err(|e| OpenError::Listing(e.to_string()))?;
+        let mut out = Vec::new();
+        for prefix in listed.common_prefixes {
+            let Some(project) = prefix.filename() else {
+                continue;
+            };
+            for stored in self.load_project(project).await? {
+                out.push((project.to_string(), stored));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn load_project(&self, project: &str) -> Result<Vec<StoredRecord>, OpenError> {
+        let prefix = names::subscriptions_prefix(project);
         let metas: Vec<_> = self
             .store
             .list(Some(&prefix))
@@ -151,8 +190,8 @@ impl RecordStore {
     }
 
     /// The stored record of `id`, if one is there and readable.
-    pub async fn load(&self, id: &str) -> Option<StoredRecord> {
-        self.cas(id).load().await.ok().flatten()
+    pub async fn load(&self, project: &str, id: &str) -> Option<StoredRecord> {
+        self.cas(project, id).load().await.ok().flatten()
     }
 
     /// Writes `record` over `stored` (or creates it when `stored` is `None`);
@@ -160,11 +199,12 @@ impl RecordStore {
     /// holds.
     pub async fn save(
         &self,
-        id: &str,
+        project: &str,
         record: &SubRecord,
         stored: &mut Option<StoredRecord>,
     ) -> Result<(), SubError> {
-        let cas = self.cas(id);
+        let id = record.id.as_str();
+        let cas = self.cas(project, id);
         let written = match stored.as_ref() {
             Some(current) => cas.replace(current, record.clone()).await,
             None => cas.create(record.clone()).await,
@@ -185,12 +225,8 @@ impl RecordStore {
 
     /// Deletes the stored record of `id` (a missing one is not an error; a
     /// failure is logged: the record is gone from memory either way).
-    pub async fn delete(&self, id: &str) {
-        if let Err(e) = self
-            .store
-            .delete(&names::subscription(DEFAULT_PROJECT, id))
-            .await
-        {
+    pub async fn delete(&self, project: &str, id: &str) {
+        if let Err(e) = self.store.delete(&names::subscription(project, id)).await {
             if !matches!(e, object_store::Error::NotFound { .. }) {
                 tracing::warn!(subscription = id, error = %e, "deleting the stored subscription failed");
             }
@@ -240,27 +276,42 @@ mod tests {
             links: BTreeMap::new(),
             generation: 0,
             write_token: hex([1; 16]),
+            wake: None,
         };
         let mut stored = None;
-        store.save("s1", &record, &mut stored).await.unwrap();
+        store.save("p", &record, &mut stored).await.unwrap();
         record.generation = 1;
         record.write_token = hex([2; 16]);
-        store.save("s1", &record, &mut stored).await.unwrap();
+        store.save("p", &record, &mut stored).await.unwrap();
         // A stale version is refused, and the re-read version is kept.
-        let mut stale = store.load("s1").await;
+        let mut stale = store.load("p", "s1").await;
         record.generation = 2;
         record.write_token = hex([3; 16]);
-        store.save("s1", &record, &mut stored).await.unwrap();
+        store.save("p", &record, &mut stored).await.unwrap();
         record.write_token = hex([4; 16]);
         assert!(matches!(
-            store.save("s1", &record, &mut stale).await,
+            store.save("p", &record, &mut stale).await,
             Err(SubError::StoreFailed)
         ));
         assert_eq!(stale.map(|s| s.value.generation), Some(2));
-        let all = store.load_all().await.unwrap();
-        assert_eq!(all.len(), 1);
-        assert_eq!(all[0].value.generation, 2);
-        store.delete("s1").await;
-        assert!(store.load("s1").await.is_none());
+        record.wake = Some(StoredWake {
+            id: "w_1".into(),
+            snapshot: [("a".to_string(), 7)].into_iter().collect(),
+            holder: Some("worker".into()),
+            lease_until_ms: 99,
+        });
+        record.write_token = hex([5; 16]);
+        store.save("p", &record, &mut stored).await.unwrap();
+        let mut other = record.clone();
+        other.id = "s2".into();
+        store.save("q", &other, &mut None).await.unwrap();
+        let mut all = store.load_all().await.unwrap();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].0, "p");
+        assert_eq!(all[0].1.value, record);
+        assert_eq!((all[1].0.as_str(), all[1].1.value.id.as_str()), ("q", "s2"));
+        store.delete("p", "s1").await;
+        assert!(store.load("p", "s1").await.is_none());
     }
 }

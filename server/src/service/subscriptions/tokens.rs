@@ -4,12 +4,15 @@
 //! `release` carry) and [`VerifiedToken`] (what a checked token proves).
 //!
 //! A token is `base64url(claims) "." base64url(HMAC-SHA256(key, base64url(claims)))`
-//! with claims `{"sub":"subscription:<id>","generation":…,"exp":…,"jti":…}`.
+//! with claims `{"sub":"subscription:<id>","prj":"<project>","generation":…,"exp":…,"jti":…}`:
+//! the token names its project, so a callback needs no other credential.
 //! Invariants (docs/ARCHITECTURE.md, "Subscriptions"):
-//! * the key lives in memory only: a restart invalidates every token (and
-//!   re-wakes whatever is pending, so no holder is stranded);
-//! * a token is scoped to one subscription and one generation; expiry is
-//!   checked against the caller's (injected) clock, in Unix seconds;
+//! * the key is derived from the store's server seed, so every server of a
+//!   store (every fleet member, and the same server after a restart) mints
+//!   and checks alike: a holder's token survives a restart or a move of the
+//!   subscriptions to another member;
+//! * a token is scoped to one project, one subscription and one generation;
+//!   expiry is checked against the caller's (injected) clock, in Unix seconds;
 //! * a [`VerifiedToken`] can only be made here, by checking a token.
 
 use base64::Engine as _;
@@ -27,6 +30,7 @@ pub const TOKEN_LIFETIME_S: u64 = 3_600;
 #[derive(Deserialize)]
 struct TokenClaims {
     sub: String,
+    prj: String,
     generation: u64,
     exp: u64,
     jti: String,
@@ -37,8 +41,9 @@ impl TokenClaims {
     /// construction: the strings are escaped as JSON strings).
     fn to_json(&self) -> String {
         format!(
-            r#"{{"sub":{},"generation":{},"exp":{},"jti":{}}}"#,
+            r#"{{"sub":{},"prj":{},"generation":{},"exp":{},"jti":{}}}"#,
             serde_json::Value::String(self.sub.clone()),
+            serde_json::Value::String(self.prj.clone()),
             self.generation,
             self.exp,
             serde_json::Value::String(self.jti.clone()),
@@ -49,11 +54,17 @@ impl TokenClaims {
 /// A token that checked out: for this subscription, at this generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedToken {
+    project: String,
     subscription: String,
     generation: u64,
 }
 
 impl VerifiedToken {
+    /// The project the token is for.
+    pub fn project(&self) -> &str {
+        &self.project
+    }
+
     /// The subscription the token is for.
     pub fn subscription(&self) -> &str {
         &self.subscription
@@ -65,7 +76,7 @@ impl VerifiedToken {
     }
 }
 
-/// The in-memory HMAC key tokens are minted and checked with.
+/// The HMAC key tokens are minted and checked with.
 pub struct TokenKey {
     mac: Hmac<Sha256>,
 }
@@ -79,9 +90,17 @@ impl TokenKey {
 
     /// A token for subscription `id` at `generation`, valid for
     /// [`TOKEN_LIFETIME_S`] from `now_ms`; `jti` makes it unique.
-    pub fn mint(&self, id: &str, generation: u64, now_ms: u64, jti: [u8; 16]) -> String {
+    pub fn mint(
+        &self,
+        project: &str,
+        id: &str,
+        generation: u64,
+        now_ms: u64,
+        jti: [u8; 16],
+    ) -> String {
         let claims = TokenClaims {
             sub: format!("subscription:{id}"),
+            prj: project.to_string(),
             generation,
             exp: now_ms / 1000 + TOKEN_LIFETIME_S,
             jti: hex(jti),
@@ -118,6 +137,7 @@ impl TokenKey {
             return Err(SubError::TokenExpired);
         }
         Ok(VerifiedToken {
+            project: claims.prj,
             subscription: id.to_string(),
             generation: claims.generation,
         })
@@ -139,18 +159,21 @@ mod tests {
         #[derive(serde::Serialize)]
         struct Claims<'a> {
             sub: &'a str,
+            prj: &'a str,
             generation: u64,
             exp: u64,
             jti: &'a str,
         }
         let claims = TokenClaims {
             sub: "subscription:a\"b\\c\u{1}é".into(),
+            prj: "p\"q".into(),
             generation: 7,
             exp: 99,
             jti: "00ff".into(),
         };
         let serde = serde_json::to_string(&Claims {
             sub: &claims.sub,
+            prj: &claims.prj,
             generation: 7,
             exp: 99,
             jti: "00ff",
@@ -162,9 +185,10 @@ mod tests {
     #[test]
     fn a_minted_token_checks_out_until_it_expires() {
         let key = key();
-        let token = key.mint("s1", 3, NOW_MS, [1; 16]);
+        let token = key.mint("p", "s1", 3, NOW_MS, [1; 16]);
         let verified = key.check("s1", Some(&token), NOW_MS).unwrap();
         assert_eq!(verified.subscription(), "s1");
+        assert_eq!(verified.project(), "p");
         assert_eq!(verified.generation(), 3);
         let last_ms = (NOW_MS / 1000 + TOKEN_LIFETIME_S) * 1000 + 999;
         assert!(key.check("s1", Some(&token), last_ms).is_ok());
@@ -177,14 +201,14 @@ mod tests {
     #[test]
     fn wrong_tokens_are_invalid() {
         let key = key();
-        let token = key.mint("s1", 3, NOW_MS, [1; 16]);
+        let token = key.mint("p", "s1", 3, NOW_MS, [1; 16]);
         let other_key = TokenKey::new(&[43; 32]).unwrap();
         for (id, token) in [
             ("s2", Some(token.clone())),
             ("s1", None),
             ("s1", Some("no-dot".to_string())),
             ("s1", Some(format!("{token}x"))),
-            ("s1", Some(other_key.mint("s1", 3, NOW_MS, [1; 16]))),
+            ("s1", Some(other_key.mint("p", "s1", 3, NOW_MS, [1; 16]))),
         ] {
             assert!(
                 matches!(
