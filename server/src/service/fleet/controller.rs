@@ -13,6 +13,9 @@
 //!    without the shard: a live holder is never claimed from on a timer, as
 //!    it may still answer from the shard); release what is not ours (flush,
 //!    stop, then tell the new owner); point the rest at their owners.
+//!    A beat that claims PUTs its heartbeat once before the claims too
+//!    (releases done, claims not begun), so slow claims never outlast the
+//!    lease.
 //! 4. PUT this member's heartbeat, whose `owned` set is what it serves now. A
 //!    PUT that succeeded renews the member's own lease to *its start* +
 //!    `lease_ms` − [`LEASE_MARGIN_MS`]: no other member can judge this one
@@ -505,10 +508,24 @@ impl Fleet {
             }
         }
 
+        if !to_claim.is_empty() {
+            self.keep_alive().await;
+        }
         // Claims run side by side: a survivor that inherits several shards
         // does not make the last one wait for all the others.
         futures::future::join_all(to_claim.into_iter().map(|index| self.claim(index))).await;
         hints
+    }
+
+    /// A heartbeat before this beat's claims (its releases are done, so its
+    /// `owned` set is what this member serves), renewing the lease: on a
+    /// slow store claims take seconds, and a lease renewed only after them
+    /// lapses meanwhile and stops every shard this member serves.
+    async fn keep_alive(&self) {
+        let started_ms = self.clock.now_ms();
+        if self.write_heartbeat().await {
+            self.renew_lease(started_ms);
+        }
     }
 
     /// Whether shard `index` (placed here) is to be claimed in this beat.
