@@ -50,6 +50,7 @@ const STEPS: usize = 300;
 /// Leases of fault-free beats after which ownership must have settled.
 const SETTLE_LEASES: u64 = 12;
 
+#[derive(Debug)]
 struct SimClock(AtomicU64);
 
 impl Clock for SimClock {
@@ -69,6 +70,30 @@ struct View {
     lists_fail: AtomicBool,
     /// Heartbeats (by path) this member's listings leave out.
     hidden: Mutex<HashSet<Path>>,
+    /// The simulated clock, which a slow claim moves on.
+    sim_clock: Arc<SimClock>,
+    /// One-shot: the next shard write (a claim's) takes this long.
+    slow_claim_ms: AtomicU64,
+    /// The member's router, to see whether its lease held through that write.
+    router: RouterCell,
+    lapsed_in_claim: AtomicBool,
+}
+
+/// A member's router, set once it exists.
+#[derive(Default)]
+struct RouterCell(std::sync::OnceLock<Arc<ShardRouter>>);
+
+impl std::fmt::Debug for RouterCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouterCell")
+    }
+}
+
+impl std::ops::Deref for RouterCell {
+    type Target = std::sync::OnceLock<Arc<ShardRouter>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 fn is_heartbeat(path: &Path) -> bool {
@@ -89,6 +114,16 @@ impl StoreLayer for View {
         match op {
             StoreOp::Put if heartbeat && self.puts_fail.load(Ordering::SeqCst) => Err(injected()),
             StoreOp::List if heartbeat && self.lists_fail.load(Ordering::SeqCst) => Err(injected()),
+            StoreOp::Put if !heartbeat => {
+                let slow_ms = self.slow_claim_ms.swap(0, Ordering::SeqCst);
+                if slow_ms > 0 {
+                    let now = self.sim_clock.0.fetch_add(slow_ms, Ordering::SeqCst) + slow_ms;
+                    self.clock_ms.store(now, Ordering::SeqCst);
+                    let leased = self.router.get().is_some_and(|r| r.leased());
+                    self.lapsed_in_claim.store(!leased, Ordering::SeqCst);
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -194,6 +229,10 @@ impl World {
                 puts_fail: AtomicBool::new(false),
                 lists_fail: AtomicBool::new(false),
                 hidden: Mutex::new(HashSet::new()),
+                sim_clock: self.clock.clone(),
+                slow_claim_ms: AtomicU64::new(0),
+                router: RouterCell::default(),
+                lapsed_in_claim: AtomicBool::new(false),
             },
         ));
         // The view reads the simulated clock through a shared counter.
@@ -203,6 +242,7 @@ impl World {
         let clock: Arc<dyn Clock> = self.clock.clone();
         let registry = Registry::new(store.clone(), RetryPolicy::default(), self.now_ms());
         let router = Arc::new(ShardRouter::fleet(SHARDS, clock.clone()).unwrap());
+        let _ = view.layer().router.set(router.clone());
         let streams = Arc::new(Streams::with_router(
             registry,
             router,
@@ -462,4 +502,55 @@ async fn fleet_views_that_are_late_partial_and_contradictory_never_serve_a_shard
     for seed in seeds {
         simulate(seed).await;
     }
+}
+
+/// A survivor's claims take time on a slow store; the member's own lease
+/// must not lapse meanwhile (a lapse stops every shard it serves: clients
+/// see "cannot reach the store"). The beat that claims renews the lease
+/// before its claims.
+#[tokio::test]
+async fn a_member_stays_leased_through_a_slow_claim() {
+    let mut world = World {
+        clock: Arc::new(SimClock(AtomicU64::new(1_800_000_000_000))),
+        store: Arc::new(object_store::memory::InMemory::new()),
+        written_ms: Arc::new(Mutex::new(HashMap::new())),
+        mailbox: Arc::new(Mailbox::default()),
+        members: Vec::new(),
+        faults_until_ms: Vec::new(),
+        calm_until_ms: Vec::new(),
+    };
+    world.join(0).await;
+    world.join(1).await;
+    for _ in 0..(SETTLE_LEASES * LEASE_MS / HEARTBEAT_MS) {
+        world.advance(HEARTBEAT_MS);
+        world.beat(0).await;
+        world.beat(1).await;
+        while !world.mailbox.0.lock().is_empty() {
+            world.deliver(0).await;
+        }
+    }
+    world.check_settled(0);
+    assert!(!world.members[1].streams.router().owned().is_empty());
+    world.crash(0);
+    // Member 1 beats until it claims member 0's shards; the first shard
+    // write of a claim takes most of a lease's margin.
+    let slow_ms = LEASE_MS / 2 - HEARTBEAT_MS / 2;
+    for _ in 0..(4 * LEASE_MS / HEARTBEAT_MS) {
+        world.members[1]
+            .view
+            .layer()
+            .slow_claim_ms
+            .store(slow_ms, Ordering::SeqCst);
+        world.advance(HEARTBEAT_MS);
+        world.beat(1).await;
+        let layer = world.members[1].view.layer();
+        assert!(
+            !layer.lapsed_in_claim.load(Ordering::SeqCst),
+            "member 1's lease lapsed while it claimed a shard"
+        );
+        if world.members[1].streams.router().owned().len() == SHARDS as usize {
+            return;
+        }
+    }
+    panic!("member 1 never claimed member 0's shards");
 }
