@@ -29,6 +29,7 @@
 //!   ([`Streams::random_bytes16`]), never from the system directly.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use strata_segments::StreamKey;
@@ -115,6 +116,10 @@ pub struct Subscriptions {
     term: tokio::sync::RwLock<Term>,
     pub(super) webhooks: WebhookClient,
     pub(super) coordination: Coordination,
+    /// Subscriptions served here, plus creations under way: an append
+    /// looks at nothing else when both are none (the common case).
+    served: std::sync::atomic::AtomicUsize,
+    creating: std::sync::atomic::AtomicUsize,
 }
 
 /// `ms` since the Unix epoch as RFC 3339 with milliseconds (`…Z`).
@@ -159,6 +164,8 @@ impl Subscriptions {
             tokens,
             term: tokio::sync::RwLock::new(Term::default()),
             webhooks,
+            served: Default::default(),
+            creating: Default::default(),
         });
         if !fleet {
             subs.resume().await?;
@@ -197,6 +204,7 @@ impl Subscriptions {
                 return Ok(());
             }
             term.serving = true;
+            self.served.store(subs.len(), Ordering::SeqCst);
             std::mem::replace(&mut term.subs, subs)
         };
         Self::retire_all(old).await;
@@ -217,6 +225,7 @@ impl Subscriptions {
             let mut term = self.term.write().await;
             term.number += 1;
             term.serving = false;
+            self.served.store(0, Ordering::SeqCst);
             std::mem::take(&mut term.subs)
         };
         if !old.is_empty() {
@@ -305,12 +314,19 @@ impl Subscriptions {
             stream: name.to_string(),
         };
         match self.coordination.locate() {
+            CoordinatorAt::Here if self.nothing_to_tell() => {}
             CoordinatorAt::Here => {
                 let me = self.clone();
                 tokio::spawn(async move { me.on_append(&append.project, append.stream).await });
             }
             CoordinatorAt::Elsewhere(_) | CoordinatorAt::Unknown => self.relay(Some(append)),
         }
+    }
+
+    /// Whether no subscription is served here or being created (an append
+    /// then wakes nothing).
+    fn nothing_to_tell(&self) -> bool {
+        self.served.load(Ordering::SeqCst) == 0 && self.creating.load(Ordering::SeqCst) == 0
     }
 
     /// Asks the subscriptions' server to re-check every subscription (this
@@ -372,6 +388,22 @@ impl Subscriptions {
     /// PUT: creates, or confirms an identical existing subscription (and
     /// learns the request's stream key for its wake events).
     pub async fn put(
+        self: &Arc<Self>,
+        project: &str,
+        id: &str,
+        config: SubConfig,
+        base_url: &str,
+        key: Option<StreamKey>,
+    ) -> Result<PutAnswer, SubError> {
+        // Counted from before the initial tails are read, so that no append
+        // between that read and the insertion goes untold.
+        self.creating.fetch_add(1, Ordering::SeqCst);
+        let answer = self.put_counted(project, id, config, base_url, key).await;
+        self.creating.fetch_sub(1, Ordering::SeqCst);
+        answer
+    }
+
+    async fn put_counted(
         self: &Arc<Self>,
         project: &str,
         id: &str,
@@ -444,6 +476,7 @@ impl Subscriptions {
             ));
         }
         term.subs.insert(sub_key, sub);
+        self.served.store(term.subs.len(), Ordering::SeqCst);
         Ok(PutAnswer {
             created: true,
             subscription,
@@ -549,7 +582,11 @@ impl Subscriptions {
             Err(SubError::NotFound) => return Ok(()),
             Err(e) => return Err(e),
         };
-        self.term.write().await.subs.remove(&sub.key);
+        {
+            let mut term = self.term.write().await;
+            term.subs.remove(&sub.key);
+            self.served.store(term.subs.len(), Ordering::SeqCst);
+        }
         let mut st = sub.state.lock().await;
         st.retired = true;
         st.record.wake = None;
