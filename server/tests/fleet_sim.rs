@@ -504,12 +504,8 @@ async fn fleet_views_that_are_late_partial_and_contradictory_never_serve_a_shard
     }
 }
 
-/// A survivor's claims take time on a slow store; the member's own lease
-/// must not lapse meanwhile (a lapse stops every shard it serves: clients
-/// see "cannot reach the store"). The beat that claims renews the lease
-/// before its claims.
-#[tokio::test]
-async fn a_member_stays_leased_through_a_slow_claim() {
+/// Two members, fault-free, beaten until ownership settled.
+async fn settled_pair() -> World {
     let mut world = World {
         clock: Arc::new(SimClock(AtomicU64::new(1_800_000_000_000))),
         store: Arc::new(object_store::memory::InMemory::new()),
@@ -530,6 +526,16 @@ async fn a_member_stays_leased_through_a_slow_claim() {
         }
     }
     world.check_settled(0);
+    world
+}
+
+/// A survivor's claims take time on a slow store; the member's own lease
+/// must not lapse meanwhile (a lapse stops every shard it serves: clients
+/// see "cannot reach the store"). The beat that claims renews the lease
+/// before its claims.
+#[tokio::test]
+async fn a_member_stays_leased_through_a_slow_claim() {
+    let mut world = settled_pair().await;
     assert!(!world.members[1].streams.router().owned().is_empty());
     world.crash(0);
     // Member 1 beats until it claims member 0's shards; the first shard
@@ -553,4 +559,39 @@ async fn a_member_stays_leased_through_a_slow_claim() {
         }
     }
     panic!("member 1 never claimed member 0's shards");
+}
+
+/// A member whose heartbeats do not land lets its shards go when its lease
+/// lapses, and claims none while it cannot write one: a claim it could not
+/// serve would only fence the member that took the shards over.
+#[tokio::test]
+async fn a_member_that_cannot_write_its_heartbeat_claims_nothing() {
+    let mut world = settled_pair().await;
+    assert!(!world.members[0].streams.router().owned().is_empty());
+    world.members[0]
+        .view
+        .layer()
+        .puts_fail
+        .store(true, Ordering::SeqCst);
+    let mut lapsed = false;
+    for step in 0..(4 * LEASE_MS / HEARTBEAT_MS) {
+        world.advance(HEARTBEAT_MS);
+        world.beat(0).await;
+        world.beat(1).await;
+        world.check_safety(0, step as usize);
+        let router = world.members[0].streams.router();
+        if !router.leased() {
+            lapsed = true;
+            assert!(
+                router.owned().is_empty(),
+                "step {step}: member 0 owns shards with its lease lapsed"
+            );
+        }
+    }
+    assert!(lapsed, "member 0's lease never lapsed");
+    assert_eq!(
+        world.members[1].streams.router().owned().len(),
+        SHARDS as usize,
+        "member 1 took every shard over"
+    );
 }

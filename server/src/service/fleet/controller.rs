@@ -13,9 +13,9 @@
 //!    without the shard: a live holder is never claimed from on a timer, as
 //!    it may still answer from the shard); release what is not ours (flush,
 //!    stop, then tell the new owner); point the rest at their owners.
-//!    A beat that claims PUTs its heartbeat once before the claims too
-//!    (releases done, claims not begun), so slow claims never outlast the
-//!    lease.
+//!    A beat with shards to claim PUTs its heartbeat once before the claims
+//!    too (releases done, claims not begun; holders read after it), so slow
+//!    claims never outlast the lease; if that PUT fails it claims nothing.
 //! 4. PUT this member's heartbeat, whose `owned` set is what it serves now. A
 //!    PUT that succeeded renews the member's own lease to *its start* +
 //!    `lease_ms` − [`LEASE_MARGIN_MS`]: no other member can judge this one
@@ -466,8 +466,7 @@ impl Fleet {
         let mut hints = Vec::new();
         let live = self.live();
         let candidates: Vec<Candidate> = live.iter().map(Member::candidate).collect();
-        let mut claims = 0usize;
-        let mut to_claim: Vec<ShardIndex> = Vec::new();
+        let mut wanted: Vec<ShardIndex> = Vec::new();
         let url_of: HashMap<InstanceId, String> =
             live.iter().map(|m| (m.instance, m.url.clone())).collect();
         for shard in 0..self.router().count() {
@@ -475,8 +474,8 @@ impl Fleet {
             let owner = owner_of(shard, &candidates);
             match owner {
                 Some(owner) if owner == self.me => {
-                    if self.wants_claim(index, &mut claims).await {
-                        to_claim.push(index);
+                    if self.wants_claim(index) {
+                        wanted.push(index);
                     }
                 }
                 Some(owner) => {
@@ -508,28 +507,46 @@ impl Fleet {
             }
         }
 
-        if !to_claim.is_empty() {
-            self.keep_alive().await;
-        }
+        let to_claim = self.claims_after_keep_alive(wanted).await;
         // Claims run side by side: a survivor that inherits several shards
         // does not make the last one wait for all the others.
         futures::future::join_all(to_claim.into_iter().map(|index| self.claim(index))).await;
         hints
     }
 
-    /// A heartbeat before this beat's claims (its releases are done, so its
-    /// `owned` set is what this member serves), renewing the lease: on a
-    /// slow store claims take seconds, and a lease renewed only after them
-    /// lapses meanwhile and stops every shard this member serves.
-    async fn keep_alive(&self) {
-        let started_ms = self.clock.now_ms();
-        if self.write_heartbeat().await {
-            self.renew_lease(started_ms);
+    /// The shards to claim this beat, of `candidates` (placed here, not
+    /// served here). First a heartbeat (this beat's releases are done, so
+    /// its `owned` set is what this member serves) that renews the lease: on
+    /// a slow store claims take seconds, and a lease renewed only after them
+    /// would lapse meanwhile and stop every shard this member serves. A
+    /// member whose heartbeat does not land claims nothing (it could not
+    /// serve what it claimed, and would only fence the owner). Then the
+    /// claim rule, with holders read after that write (at most
+    /// [`CLAIMS_PER_BEAT_MAX`]).
+    async fn claims_after_keep_alive(&self, candidates: Vec<ShardIndex>) -> Vec<ShardIndex> {
+        if candidates.is_empty() {
+            return Vec::new();
         }
+        let started_ms = self.clock.now_ms();
+        if !self.write_heartbeat().await {
+            return Vec::new();
+        }
+        self.renew_lease(started_ms);
+        let mut to_claim = Vec::new();
+        for index in candidates {
+            if to_claim.len() >= CLAIMS_PER_BEAT_MAX {
+                break;
+            }
+            if self.may_claim(index).await {
+                to_claim.push(index);
+            }
+        }
+        to_claim
     }
 
-    /// Whether shard `index` (placed here) is to be claimed in this beat.
-    async fn wants_claim(&self, index: ShardIndex, claims: &mut usize) -> bool {
+    /// Whether shard `index` (placed here) is a candidate for a claim: not
+    /// served here (an owned shard that stopped, fenced, is one again).
+    fn wants_claim(&self, index: ShardIndex) -> bool {
         if let Slot::Owned(shard) = self.router().slot(index) {
             if matches!(
                 shard.status(),
@@ -540,14 +557,7 @@ impl Fleet {
             tracing::warn!(shard = index.0, status = ?shard.status(), "fleet: an owned shard stopped (fenced?); claiming it again");
             self.router().place(index, Slot::Unowned);
         }
-        if *claims >= CLAIMS_PER_BEAT_MAX {
-            return false;
-        }
-        if self.may_claim(index).await {
-            *claims += 1;
-            return true;
-        }
-        false
+        true
     }
 
     /// The claim rule (`claim`) with the shard's holder read from its
