@@ -4,8 +4,10 @@
 //! Owns the check of the peer key (`common::peer_key`), the subscription
 //! relay's routes — `POST /v1/fleet/appended` (a member tells the
 //! coordinator about appends) and `POST /v1/fleet/tails` (the coordinator
-//! reads the tails of a member's streams) — and [`HttpSubscriptionPeers`],
-//! their client. The hand-off hint (`http::fleet`) checks the same key.
+//! reads the tails of a member's streams) — the fork-source route `POST
+//! /v1/fleet/source` (a member reads a fork source this one serves, with the
+//! caller's stream key), and their clients ([`HttpSubscriptionPeers`],
+//! [`HttpSourceReads`]). The hand-off hint (`http::fleet`) checks the same key.
 //!
 //! Invariant: a request without the right key, or to a server that is not a
 //! fleet member, answers 404 like any unknown route: outsiders learn nothing.
@@ -20,14 +22,20 @@ use serde::de::DeserializeOwned;
 
 pub use super::common::peer_key::{PeerKey, PEER_KEY_HEADER, PEER_KEY_LABEL};
 use super::common::{empty, full, read_body, ApiError, ApiResult, AppState, PeerClient};
+use crate::service::sources::{SourceBatch, SourceRead, SourceReads};
 use crate::service::subscriptions::coordinator::{
     AppendedBatch, BoxFuture, PeerError, SubscriptionPeers, TailsAnswer, TailsRequest,
 };
+use crate::service::ServiceError;
 
 /// The relay's route.
 pub const APPENDED_PATH: &str = "/v1/fleet/appended";
 /// The tails route.
 pub const TAILS_PATH: &str = "/v1/fleet/tails";
+/// The fork-source route.
+pub const SOURCE_PATH: &str = "/v1/fleet/source";
+/// The header of the stream key a source read decrypts with.
+const KEY_HEADER: &str = "stream-encryption-key";
 /// Largest body of a peer request or answer.
 const PEER_BODY_BYTES_MAX: usize = 1 << 20;
 /// Longest a peer request waits for its answer.
@@ -38,6 +46,7 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum PeerRoute {
     Appended,
     Tails,
+    Source,
 }
 
 /// The peer route of `path`, if it is one (`POST` only; pure).
@@ -48,6 +57,7 @@ pub fn peer_route(method: &http::Method, path: &str) -> Option<PeerRoute> {
     match path {
         APPENDED_PATH => Some(PeerRoute::Appended),
         TAILS_PATH => Some(PeerRoute::Tails),
+        SOURCE_PATH => Some(PeerRoute::Source),
         _ => None,
     }
 }
@@ -73,6 +83,11 @@ pub async fn handle(
     if !admitted(&state, request.headers()) {
         return Err(not_found());
     }
+    let key = request
+        .headers()
+        .get(KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|k| strata_segments::StreamKey::parse(k).ok());
     let body = read_body(request.into_body(), PEER_BODY_BYTES_MAX).await?;
     let bad = |e: serde_json::Error| ApiError::bad_request(format!("peer request: {e}"));
     match route {
@@ -91,22 +106,36 @@ pub async fn handle(
         }
         PeerRoute::Tails => {
             let request: TailsRequest = serde_json::from_slice(&body).map_err(bad)?;
-            let answer = state.subscriptions.local_tails(request).await;
-            let text = serde_json::to_string(&answer).map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    format!("encoding tails: {e}"),
-                )
-            })?;
-            let mut response = Response::new(full(text));
-            response.headers_mut().insert(
-                "content-type",
-                http::HeaderValue::from_static("application/json"),
-            );
-            Ok(response)
+            json_answer(&state.subscriptions.local_tails(request).await)
+        }
+        PeerRoute::Source => {
+            let request: SourceRead = serde_json::from_slice(&body).map_err(bad)?;
+            let key =
+                key.ok_or_else(|| ApiError::bad_request("a source read needs its stream key"))?;
+            let batch = state
+                .streams
+                .read_source(&request, &key)
+                .await
+                .map_err(|e| ApiError::from_service(&e, "unavailable"))?;
+            json_answer(&batch)
         }
     }
+}
+
+fn json_answer<T: serde::Serialize>(value: &T) -> ApiResult {
+    let text = serde_json::to_string(value).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("encoding an answer: {e}"),
+        )
+    })?;
+    let mut response = Response::new(full(text));
+    response.headers_mut().insert(
+        "content-type",
+        http::HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 /// The subscription relay's client.
@@ -123,6 +152,17 @@ impl HttpSubscriptionPeers {
         path: &str,
         body: Vec<u8>,
     ) -> BoxFuture<Result<bytes::Bytes, PeerError>> {
+        self.post_with(url, path, body, None)
+    }
+
+    /// [`Self::post`], with a stream key (base64url) in its header.
+    fn post_with(
+        &self,
+        url: &str,
+        path: &str,
+        body: Vec<u8>,
+        stream_key: Option<String>,
+    ) -> BoxFuture<Result<bytes::Bytes, PeerError>> {
         let client = self.client.clone();
         let key = self.key.clone();
         let target = format!("{}{path}", url.trim_end_matches('/'));
@@ -134,11 +174,13 @@ impl HttpSubscriptionPeers {
             let body = http_body_util::Full::new(bytes::Bytes::from(body))
                 .map_err(|never| match never {})
                 .boxed();
-            let request = Request::post(&target)
+            let mut request = Request::post(&target)
                 .header(PEER_KEY_HEADER, key.header_value())
-                .header("content-type", "application/json")
-                .body(body)
-                .map_err(|e| unreachable(e.to_string()))?;
+                .header("content-type", "application/json");
+            if let Some(stream_key) = &stream_key {
+                request = request.header(KEY_HEADER, stream_key.as_str());
+            }
+            let request = request.body(body).map_err(|e| unreachable(e.to_string()))?;
             let answer = tokio::time::timeout(PEER_TIMEOUT, client.request(request))
                 .await
                 .map_err(|_| unreachable("no answer in time".into()))?
@@ -200,6 +242,37 @@ impl SubscriptionPeers for HttpSubscriptionPeers {
         };
         let sent = self.post(&url, TAILS_PATH, body);
         Box::pin(async move { decoded(&url, &sent.await?) })
+    }
+}
+
+/// Fork-source reads over the peers' HTTP client.
+pub struct HttpSourceReads {
+    pub peers: HttpSubscriptionPeers,
+}
+
+impl SourceReads for HttpSourceReads {
+    fn read(
+        &self,
+        url: &str,
+        request: SourceRead,
+        key: &strata_segments::StreamKey,
+    ) -> BoxFuture<Result<strata_engine::ReadBatch, ServiceError>> {
+        let body = match serde_json::to_vec(&request) {
+            Ok(body) => body,
+            Err(e) => return Box::pin(async move { Err(ServiceError::Internal(e.to_string())) }),
+        };
+        let sent = self
+            .peers
+            .post_with(url, SOURCE_PATH, body, Some(key.to_base64url()));
+        Box::pin(async move {
+            let bytes = sent
+                .await
+                .map_err(|e| ServiceError::Unavailable(format!("reading a fork source: {e}")))?;
+            let batch: SourceBatch = serde_json::from_slice(&bytes).map_err(|e| {
+                ServiceError::Unavailable(format!("a fork source's owner answered badly: {e}"))
+            })?;
+            batch.into_batch()
+        })
     }
 }
 

@@ -1,7 +1,8 @@
 //! Fork chains: the levels a read of a stream walks (the stream, then its
 //! fork sources up to `FORK_DEPTH_MAX`), their durable tail, and the read
 //! across them. Positions are shared along a chain: a level's records live
-//! at `base..cap`.
+//! at `base..cap`. In a fleet a source may live on a shard another member
+//! serves: that level is read from its owner (`sources.rs`).
 
 use std::sync::Arc;
 
@@ -14,12 +15,23 @@ use super::limits::{FORK_DEPTH_MAX, READ_ROUNDS_MAX};
 use super::model::{KeyView, ReadRecord};
 use super::registry::{Descriptor, StreamState};
 use super::routing::stream_ref;
+use super::sources::{SourceBatch, SourceRead, SOURCE_RECORDS_MAX};
 use super::streams::Streams;
+
+/// Where a level's records are read.
+pub(super) enum Place {
+    Local(Shard),
+    /// The fleet member at this URL serves the level's shard.
+    Remote(String),
+}
 
 /// A live stream resolved for one request.
 pub(super) struct Level {
     pub(super) stream: StreamRef,
-    pub(super) shard: Shard,
+    pub(super) place: Place,
+    /// The stream's name and incarnation (a remote read names them).
+    pub(super) name: String,
+    pub(super) incarnation: u64,
     pub(super) cipher: Arc<StreamCipher>,
     pub(super) base: u64,
     /// Positions at or above this belong to the level above (the fork).
@@ -28,33 +40,34 @@ pub(super) struct Level {
 
 impl Streams {
     /// The levels a read of `desc` walks: the stream, then its fork sources.
+    /// Sources may be served by other members; the stream itself only with
+    /// `remote_top` (a fork's creation reads its source's chain).
     pub(super) async fn chain(
         &self,
         project: &str,
         desc: Arc<Versioned<Descriptor>>,
         key: &StreamKey,
+        remote_top: bool,
     ) -> Result<Vec<Level>, ServiceError> {
         let mut levels: Vec<Level> = Vec::new();
         let mut current = desc;
         let mut cap = u64::MAX;
         for _ in 0..FORK_DEPTH_MAX {
             let stream = stream_ref(&current.value)?;
-            let shard = self.shards.shard_for(&stream.id).map_err(|e| match e {
-                // The read's own stream was routed here; a source on a shard
-                // another fleet member serves cannot be read from here yet.
-                ServiceError::NotOwner { .. } if !levels.is_empty() => ServiceError::Unavailable(
-                    "the fork's source is served by another instance; fork reads across \
-                     instances are not supported yet"
-                        .into(),
-                ),
-                other => other,
-            })?;
+            let remote_ok = remote_top || !levels.is_empty();
+            let place = match self.shards.shard_for(&stream.id) {
+                Ok(shard) => Place::Local(shard),
+                Err(ServiceError::NotOwner { owner }) if remote_ok => Place::Remote(owner),
+                Err(e) => return Err(e),
+            };
             let cipher = self.ciphers.cipher_for(&current.value, key)?;
             let base = current.value.fork.as_ref().map_or(0, |f| f.base);
             let origin = current.value.fork.clone();
             levels.push(Level {
                 stream,
-                shard,
+                place,
+                name: current.value.name.clone(),
+                incarnation: current.value.incarnation,
                 cipher,
                 base,
                 cap,
@@ -79,9 +92,24 @@ impl Streams {
     }
 
     /// The durable tail position and closed flag of a chain's top level.
-    pub(super) fn tail_of(level: &Level) -> Result<(u64, bool), ServiceError> {
-        let info = level
-            .shard
+    pub(super) async fn tail_of(
+        &self,
+        project: &str,
+        level: &Level,
+        key: &StreamKey,
+    ) -> Result<(u64, bool), ServiceError> {
+        let shard = match &level.place {
+            Place::Local(shard) => shard,
+            Place::Remote(_) => {
+                let limits = ReadLimits {
+                    max_records: 0,
+                    max_bytes: 1,
+                };
+                let batch = self.read_level(project, level, 0, limits, key, b"").await?;
+                return Ok((level.base + batch.tail, batch.closed));
+            }
+        };
+        let info = shard
             .stream_info(&level.stream)
             .ok_or(ServiceError::NotFound)?;
         Ok((
@@ -90,15 +118,57 @@ impl Streams {
         ))
     }
 
+    /// One read of `level` from its own offset `from`, here or at its owner.
+    async fn read_level(
+        &self,
+        project: &str,
+        level: &Level,
+        from: u64,
+        limits: ReadLimits,
+        key: &StreamKey,
+        routing_key: &[u8],
+    ) -> Result<strata_engine::ReadBatch, ServiceError> {
+        match &level.place {
+            Place::Local(shard) => Ok(shard
+                .read(
+                    &level.stream,
+                    from,
+                    limits,
+                    &level.cipher,
+                    Some(routing_key),
+                )
+                .await?),
+            Place::Remote(url) => {
+                let reads = self.source_reads.get().ok_or_else(|| {
+                    ServiceError::Unavailable(
+                        "the fork's source is served by another instance".into(),
+                    )
+                })?;
+                let request = SourceRead {
+                    project: project.to_string(),
+                    name: level.name.clone(),
+                    incarnation: level.incarnation,
+                    from,
+                    max_records: limits.max_records,
+                    max_bytes: limits.max_bytes,
+                };
+                reads.read(url, request, key).await
+            }
+        }
+    }
+
     /// Reads records of `routing_key` from `from` across the chain (deepest
     /// source first). A fork inherits only its source's default key, so the
     /// source levels are read for `""` alone. The returned position moves past
     /// every record the read passed over, matching or not.
     pub(super) async fn read_chain(
+        &self,
+        project: &str,
         levels: &[Level],
         from: u64,
         tail: u64,
         view: KeyView<'_>,
+        key: &StreamKey,
     ) -> Result<(Vec<ReadRecord>, Vec<bool>, u64), ServiceError> {
         let KeyView {
             routing_key,
@@ -142,14 +212,14 @@ impl Streams {
                         .min(max_records - out.len()),
                     max_bytes: max_bytes.saturating_sub(bytes).max(1),
                 };
-                let batch = level
-                    .shard
-                    .read(
-                        &level.stream,
+                let batch = self
+                    .read_level(
+                        project,
+                        level,
                         position - level.base,
                         limits,
-                        &level.cipher,
-                        Some(routing_key),
+                        key,
+                        routing_key,
                     )
                     .await?;
                 let before = position;
@@ -180,5 +250,33 @@ impl Streams {
             }
         }
         Ok((out, starts, position))
+    }
+
+    /// A fork source's records from its shard here (a peer's source read).
+    pub async fn read_source(
+        &self,
+        request: &SourceRead,
+        key: &StreamKey,
+    ) -> Result<SourceBatch, ServiceError> {
+        let desc = self
+            .registry
+            .entry(&request.project, &request.name)
+            .load()
+            .await?
+            .filter(|d| {
+                d.value.incarnation == request.incarnation && d.value.state != StreamState::Deleted
+            })
+            .ok_or(ServiceError::NotFound)?;
+        let stream = stream_ref(&desc.value)?;
+        let shard = self.shards.shard_for(&stream.id)?;
+        let cipher = self.ciphers.cipher_for(&desc.value, key)?;
+        let limits = ReadLimits {
+            max_records: request.max_records.min(SOURCE_RECORDS_MAX),
+            max_bytes: request.max_bytes.max(1),
+        };
+        let batch = shard
+            .read(&stream, request.from, limits, &cipher, Some(b""))
+            .await?;
+        Ok(SourceBatch::of(batch))
     }
 }

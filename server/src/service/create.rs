@@ -162,8 +162,8 @@ impl Streams {
         // A retry also repairs a catalog entry lost between the two writes.
         self.list_in_catalog(d).await?;
         self.repair_engine_stream(d, spec, key).await?;
-        let levels = self.chain(project, existing.clone(), key).await?;
-        let (tail, closed) = Self::tail_of(&levels[0])?;
+        let levels = self.chain(project, existing.clone(), key, false).await?;
+        let (tail, closed) = self.tail_of(project, &levels[0], key).await?;
         Ok(CreateOutcome {
             created: false,
             content_type: d.content_type.clone(),

@@ -47,8 +47,8 @@ impl Streams {
                 ));
             }
         }
-        let levels = self.chain(project, source.clone(), key).await?;
-        let (tail, _) = Self::tail_of(&levels[0])?;
+        let levels = self.chain(project, source.clone(), key, true).await?;
+        let (tail, _) = self.tail_of(project, &levels[0], key).await?;
         let offset = fork.offset.unwrap_or(tail);
         if offset > tail {
             return Err(ServiceError::BadRequest(
@@ -64,7 +64,9 @@ impl Streams {
                 max_bytes: usize::MAX,
                 max_records: usize::MAX,
             };
-            let (records, starts, _) = Self::read_chain(&levels, offset, tail, everything).await?;
+            let (records, starts, _) = self
+                .read_chain(project, &levels, offset, tail, everything, key)
+                .await?;
             let first_batch = records
                 .iter()
                 .zip(&starts)

@@ -8,7 +8,9 @@
 //!   and `reaper` (TTL and `Expires-At`), `listing` (the catalog's entries and
 //!   pages), `startup` (the start-up scan and the catalog's repair);
 //! * `routing` (stream → shard → where it is served), `fleet` (membership,
-//!   placement and the controller that claims and releases shards), `cipher` (the cipher cache and key check);
+//!   placement and the controller that claims and releases shards), `sources`
+//!   (fork sources another fleet member serves), `cipher` (the cipher cache
+//!   and key check);
 //! * `registry` (descriptors, CAS), `catalog` (listing buckets, CAS),
 //!   `topology` (the shard count), `names` (every server object's name);
 //! * `product` — the product surface's configuration and cursors;
@@ -41,6 +43,7 @@ mod read;
 mod reaper;
 mod retire;
 pub mod routing;
+pub mod sources;
 mod startup;
 mod streams;
 

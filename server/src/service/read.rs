@@ -86,8 +86,8 @@ impl Streams {
         view: KeyView<'_>,
     ) -> Result<ReadOutcome, ServiceError> {
         let (entry, desc) = self.live(project, name).await?;
-        let levels = self.chain(project, desc.clone(), key).await?;
-        let (tail, closed) = Self::tail_of(&levels[0])?;
+        let levels = self.chain(project, desc.clone(), key, false).await?;
+        let (tail, closed) = self.tail_of(project, &levels[0], key).await?;
         let from = match from {
             ReadFrom::Start => 0,
             ReadFrom::Tail => tail,
@@ -98,7 +98,9 @@ impl Streams {
             }
             ReadFrom::Position(p) => p,
         };
-        let (records, _, next) = Self::read_chain(&levels, from, tail, view).await?;
+        let (records, _, next) = self
+            .read_chain(project, &levels, from, tail, view, key)
+            .await?;
         entry.touch(self.now_ms());
         Ok(ReadOutcome {
             records,

@@ -41,6 +41,8 @@ pub struct Streams {
     pub(super) entropy: Arc<dyn Entropy>,
     pub(super) config: StreamsConfig,
     pub(super) observer: OnceLock<Arc<dyn StreamObserver>>,
+    /// Reads fork sources other fleet members serve (fleet members only).
+    pub(super) source_reads: OnceLock<Arc<dyn super::sources::SourceReads>>,
     /// Deadlines of streams that expire (see `reaper`).
     pub(super) reaper: Arc<Reaper>,
     /// False from [`Streams::begin_startup_scan`] until the scan ended:
@@ -81,6 +83,7 @@ impl Streams {
             entropy,
             config,
             observer: OnceLock::new(),
+            source_reads: OnceLock::new(),
             reaper: Arc::new(Reaper::default()),
             startup_scanned: tokio::sync::watch::Sender::new(true),
             appends_acknowledged: Default::default(),
@@ -120,6 +123,11 @@ impl Streams {
         if let Some(due_ms) = desc.expiry_deadline_ms(last_access_ms) {
             self.reaper.schedule(due_ms, project, &desc.name);
         }
+    }
+
+    /// How fork sources other fleet members serve are read.
+    pub fn set_source_reads(&self, reads: Arc<dyn super::sources::SourceReads>) {
+        let _ = self.source_reads.set(reads);
     }
 
     pub fn set_observer(&self, observer: Arc<dyn StreamObserver>) {

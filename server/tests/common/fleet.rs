@@ -95,13 +95,25 @@ impl Fleet {
 /// Creates `stream` through the members in turn: while the fleet forms,
 /// shards move and a create may get a retryable 503 (bounded retries).
 pub async fn create(client: &reqwest::Client, bases: &[String], stream: &str) {
+    create_with(client, bases, stream, &[]).await
+}
+
+/// [`create`] with more request headers (a fork's, say).
+pub async fn create_with(
+    client: &reqwest::Client,
+    bases: &[String],
+    stream: &str,
+    headers: &[(&str, &str)],
+) {
     for attempt in 0..200 {
         let base = &bases[attempt % bases.len()];
-        let answer = client
+        let mut request = client
             .put(format!("{base}/v1/stream/{stream}"))
-            .header("content-type", "application/json")
-            .send()
-            .await;
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let answer = request.send().await;
         match answer {
             Ok(r) if r.status().is_success() => return,
             Ok(r) if r.status() == 503 => {}
