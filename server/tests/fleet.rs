@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::client;
-use common::fleet::{check_streams, create, follow_sse, produce, progress, Fleet, Tally};
+use common::fleet::{
+    check_streams, create, follow_sse, progress, spawn_producers, Fleet, Producers,
+};
 use parking_lot::Mutex;
 
 use common::fleet::MEMBERS;
@@ -40,18 +42,11 @@ async fn fleet_under_load(store: &str, extra: &[&str]) {
     for p in 0..PRODUCERS {
         create(&client, &bases, &format!("fleet-{p}")).await;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let tallies: Vec<Arc<Mutex<Tally>>> = (0..PRODUCERS).map(|_| Arc::default()).collect();
-    let tasks: Vec<_> = (0..PRODUCERS)
-        .map(|p| {
-            tokio::spawn(produce(
-                bases.clone(),
-                format!("fleet-{p}"),
-                tallies[p].clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
+    let Producers {
+        stop,
+        tallies,
+        tasks,
+    } = spawn_producers(&bases, PRODUCERS);
     // Live readers: SSE followers of two streams, reconnecting through the
     // members as ownership moves.
     let follow_stop = Arc::new(AtomicBool::new(false));

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
-use common::fleet::{check_streams, produce, progress, Tally};
+use common::fleet::{check_streams, progress, spawn_producers, Producers, Tally};
 use common::DEV_KEY;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -182,42 +182,86 @@ async fn until(what: &str, condition: impl Fn() -> bool) {
     }
 }
 
+/// Waits for the stopped producers, checks their streams, stops the members.
+async fn finish(
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    tallies: &[Arc<Mutex<Tally>>],
+    bases: &[String],
+    a: Member,
+    b: Member,
+) {
+    for task in tasks {
+        task.await.unwrap();
+    }
+    check_streams(tallies, bases).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Two members that share shards, with producers appending through both.
+struct Producing {
+    shared: Arc<dyn ObjectStore>,
+    a: Member,
+    b: Member,
+    bases: Vec<String>,
+    stop: Arc<AtomicBool>,
+    tallies: Vec<Arc<Mutex<Tally>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Producing {
+    /// Starts both members, creates the streams, and waits until every
+    /// producer had appends acknowledged.
+    async fn start() -> Producing {
+        init_tracing();
+        let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let a = Member::start(shared.clone()).await;
+        let b = Member::start(shared.clone()).await;
+        let bases = vec![a.base.clone(), b.base.clone()];
+        until("both members own shards", || {
+            a.owned() > 0 && b.owned() > 0 && a.owned() + b.owned() == SHARD_COUNT
+        })
+        .await;
+        assert_eq!(a.owned() + b.owned(), SHARD_COUNT);
+        let client = common::client();
+        for p in 0..PRODUCERS {
+            let r = client
+                .put(format!("{}/v1/stream/fleet-{p}", bases[p % 2]))
+                .header("content-type", "application/json")
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "create: {}", r.status());
+        }
+        let Producers {
+            stop,
+            tallies,
+            tasks,
+        } = spawn_producers(&bases, PRODUCERS);
+        progress(20, &tallies).await;
+        Producing {
+            shared,
+            a,
+            b,
+            bases,
+            stop,
+            tallies,
+            tasks,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_heartbeat_moves_shards_away_and_back_without_loss_or_duplicates() {
-    init_tracing();
-    let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let a = Member::start(shared.clone()).await;
-    let b = Member::start(shared.clone()).await;
-    let bases = vec![a.base.clone(), b.base.clone()];
-    until("both members own shards", || {
-        a.owned() > 0 && b.owned() > 0 && a.owned() + b.owned() == SHARD_COUNT
-    })
-    .await;
-    assert_eq!(a.owned() + b.owned(), SHARD_COUNT);
-
-    let client = common::client();
-    for p in 0..PRODUCERS {
-        let r = client
-            .put(format!("{}/v1/stream/fleet-{p}", bases[p % 2]))
-            .header("content-type", "application/json")
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "create: {}", r.status());
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let tallies: Vec<Arc<Mutex<Tally>>> = (0..PRODUCERS).map(|_| Arc::default()).collect();
-    let tasks: Vec<_> = (0..PRODUCERS)
-        .map(|p| {
-            tokio::spawn(produce(
-                bases.clone(),
-                format!("fleet-{p}"),
-                tallies[p].clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
-    progress(20, &tallies).await;
+    let Producing {
+        shared: _,
+        a,
+        b,
+        bases,
+        stop,
+        tallies,
+        tasks,
+    } = Producing::start().await;
     eprintln!("views: producing");
 
     // A's heartbeats are late: its lease lapses and it lets go of its shards
@@ -239,12 +283,7 @@ async fn a_late_heartbeat_moves_shards_away_and_back_without_loss_or_duplicates(
     progress(20, &tallies).await;
 
     stop.store(true, Ordering::SeqCst);
-    for task in tasks {
-        task.await.unwrap();
-    }
-    check_streams(&tallies, &bases).await;
-    a.stop().await;
-    b.stop().await;
+    finish(tasks, &tallies, &bases, a, b).await;
 }
 
 /// The fleet's steady cost: an idle member sends one heartbeat PUT and one
@@ -333,4 +372,50 @@ async fn a_replay_member_names_the_owner_on_both_surfaces() {
     assert_eq!(created.status(), 201);
     a.stop().await;
     b.stop().await;
+}
+
+/// A stale claim: while producers append through both members, another
+/// instance claims a shard B serves (bumping its epoch and fencing B), then
+/// goes away without serving it; B finds its shard fenced and claims it
+/// again. No acknowledged append is lost and none is applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_claim_of_a_served_shard_loses_nothing() {
+    let Producing {
+        shared,
+        a,
+        b,
+        bases,
+        stop,
+        tallies,
+        tasks,
+    } = Producing::start().await;
+    // The shards of the producers' streams that B serves, claimed by a
+    // stranger one after another while the producers keep appending.
+    let router = b.state.streams.router();
+    let mut claimed = 0;
+    for p in 0..PRODUCERS {
+        let id = strata_engine::stream_id("default", &format!("fleet-{p}"));
+        let index = router.index_of(&id);
+        if !matches!(
+            router.locate_index(index),
+            strata_server::service::routing::Location::Local(_)
+        ) {
+            continue;
+        }
+        let stranger = strata_engine::Shard::open(
+            strata_engine::EngineEnv::production(shared.clone()),
+            index.shard_name().unwrap(),
+            strata_engine::InstanceId([0xee; 16]),
+            strata_engine::ShardConfig::default(),
+        )
+        .await
+        .expect("the stranger claims");
+        stranger.crash();
+        claimed += 1;
+        eprintln!("views: a stranger claimed shard {}", index.0);
+        progress(20, &tallies).await;
+    }
+    assert!(claimed > 0, "B served none of the producers' shards");
+    stop.store(true, Ordering::SeqCst);
+    finish(tasks, &tallies, &bases, a, b).await;
 }

@@ -356,3 +356,31 @@ pub async fn follow_sse(
         }
     }
 }
+
+/// Exactly-once producers on streams `fleet-0` … `fleet-{count-1}`.
+pub struct Producers {
+    pub stop: Arc<AtomicBool>,
+    pub tallies: Vec<Arc<Mutex<Tally>>>,
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts [`Producers`] appending through `bases` until their `stop`.
+pub fn spawn_producers(bases: &[String], count: usize) -> Producers {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tallies: Vec<Arc<Mutex<Tally>>> = (0..count).map(|_| Arc::default()).collect();
+    let tasks = (0..count)
+        .map(|p| {
+            tokio::spawn(produce(
+                bases.to_vec(),
+                format!("fleet-{p}"),
+                tallies[p].clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    Producers {
+        stop,
+        tallies,
+        tasks,
+    }
+}
