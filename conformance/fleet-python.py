@@ -106,7 +106,8 @@ class Tail(threading.Thread):
         self.offset = "-1"
         self.error = None
         self.stop = threading.Event()
-        self.lock = threading.Lock()
+        # Notified on every batch seen (and when the tail gives up).
+        self.seen_more = threading.Condition()
 
     def run(self):
         reconnects = 0
@@ -114,24 +115,37 @@ class Tail(threading.Thread):
             try:
                 with stream(self.url, offset=self.offset, live="long-poll", timeout=10) as res:
                     for batch in res.iter_json_batches():
-                        with self.lock:
+                        with self.seen_more:
                             self.seen.extend(batch)
                             self.offset = res.offset
+                            self.seen_more.notify_all()
                         if self.stop.is_set():
                             return
             except Exception as error:  # noqa: BLE001 - classified below
                 if not retryable(error):
-                    self.error = f"tail: a non-retryable error: {error!r}"
+                    self.give_up(f"tail: a non-retryable error: {error!r}")
                     return
                 reconnects += 1
                 if reconnects > ATTEMPTS_MAX:
-                    self.error = "tail: too many reconnects"
+                    self.give_up("tail: too many reconnects")
                     return
                 time.sleep(0.1)
 
+    def give_up(self, error):
+        with self.seen_more:
+            self.error = error
+            self.seen_more.notify_all()
+
     def count(self):
-        with self.lock:
+        with self.seen_more:
             return len(self.seen)
+
+    def wait_for(self, count, timeout_s):
+        """Waits (at most timeout_s) until the tail saw `count` records or
+        gave up."""
+        with self.seen_more:
+            self.seen_more.wait_for(
+                lambda: len(self.seen) >= count or self.error is not None, timeout=timeout_s)
 
 
 def read_all(url):
@@ -165,9 +179,7 @@ def main():
         append_once(handle, sent)
         sent += 1
     expected = [f"m{i}" for i in range(sent)]
-    deadline = time.monotonic() + 30
-    while tail.count() < sent and tail.error is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    tail.wait_for(sent, 30)
     tail.stop.set()
     if tail.error:
         raise RuntimeError(tail.error)

@@ -33,15 +33,7 @@ async fn a_retried_create_finishes_a_half_made_stream() {
     let base = format!("http://{}", server.local_addr());
     let state = server.state().clone();
     let first = server.shards()[0].clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-    });
+    let common::Running { stop, task } = common::run_in_process(server);
     // The shard stops: the create writes its descriptor, then cannot create
     // the stream's records.
     first.shutdown().await;

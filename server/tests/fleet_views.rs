@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
-use common::fleet::{check_streams, progress, spawn_producers, Producers, Tally};
+use common::fleet::{check_streams, create, progress, spawn_producers, Producers, Tally};
 use common::DEV_KEY;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -118,15 +118,7 @@ impl Member {
             .await
             .expect("the member opens");
         let state = server.state().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            server
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .expect("the member runs");
-        });
+        let common::Running { stop, task } = common::run_in_process(server);
         Member {
             base,
             state,
@@ -223,15 +215,11 @@ impl Producing {
         })
         .await;
         assert_eq!(a.owned() + b.owned(), SHARD_COUNT);
+        // A create may meet a hand-off still in flight: retryable 503s are
+        // retried, anything else fails the test.
         let client = common::client();
         for p in 0..PRODUCERS {
-            let r = client
-                .put(format!("{}/v1/stream/fleet-{p}", bases[p % 2]))
-                .header("content-type", "application/json")
-                .send()
-                .await
-                .unwrap();
-            assert!(r.status().is_success(), "create: {}", r.status());
+            create(&client, &bases, &format!("fleet-{p}")).await;
         }
         let Producers {
             stop,

@@ -84,15 +84,7 @@ impl<L: StoreLayer + Default> InProcess<L> {
             .expect("the server opens");
         let base = format!("http://{}", server.local_addr());
         let shards = server.shards().to_vec();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            server
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .expect("the server runs");
-        });
+        let common::Running { stop, task } = common::run_in_process(server);
         InProcess {
             base,
             store,

@@ -252,33 +252,29 @@ pub async fn forward(
                 if handed_off || fleet.fleet.draining() {
                     break answer;
                 }
-                match state
-                    .streams
-                    .router()
-                    .moved_from(index, owner.instance, left)
-                    .await
-                {
-                    Location::Local(_) => {
-                        owner = Owner {
-                            instance: fleet.fleet.instance(),
-                            url: fleet.fleet.url().to_string(),
-                            handed_off_here: false,
-                        }
-                    }
-                    Location::Elsewhere(_) | Location::Moving | Location::Lapsed => break answer,
+                match moved_owner(&state, fleet, index, owner.instance, left).await {
+                    Some(here) if here.instance == fleet.fleet.instance() => owner = here,
+                    _ => break answer,
                 }
             }
             Sent::Answer(answer) => break answer,
-            Sent::Failed if kept.is_some() && repeatable && attempts < FORWARD_ATTEMPTS_MAX => {
-                // A first failure may be a pooled connection the owner had
-                // closed; a second one means the owner does not answer.
-                if attempts > 1 && !refused.contains(&owner.url) {
+            sent @ (Sent::NotDelivered | Sent::Failed)
+                if kept.is_some()
+                    && (repeatable || matches!(sent, Sent::NotDelivered))
+                    && attempts < FORWARD_ATTEMPTS_MAX =>
+            {
+                // Never delivered (the owner refused the connection), or a
+                // read or producer write (deduplicated by its sequence) that
+                // may have reached it: sent again at once the first time (a
+                // pooled connection the owner had closed), then where the
+                // shard went once it left the owner (here included: to our
+                // own listener, as a forwarded request), within the append
+                // timeout. A refusal, or a second failure, means the owner
+                // does not answer.
+                let answers_not = matches!(sent, Sent::NotDelivered) || attempts > 1;
+                if answers_not && !refused.contains(&owner.url) {
                     refused.push(owner.url.clone());
                 }
-                // A read, or a producer's write (deduplicated by its
-                // sequence), may be sent again even if it reached the owner:
-                // at once the first time (a pooled connection the owner had
-                // closed), then once the shard has left the owner.
                 if attempts == 1 {
                     continue;
                 }
@@ -286,52 +282,9 @@ pub async fn forward(
                     .config
                     .append_timeout
                     .saturating_sub(started.elapsed());
-                match state
-                    .streams
-                    .router()
-                    .moved_from(index, owner.instance, left)
-                    .await
-                {
-                    Location::Local(_) => {
-                        owner = Owner {
-                            instance: fleet.fleet.instance(),
-                            url: fleet.fleet.url().to_string(),
-                            handed_off_here: false,
-                        }
-                    }
-                    Location::Elsewhere(next) => owner = next,
-                    Location::Moving | Location::Lapsed => return Err(unreachable_owner(&owner)),
-                }
-            }
-            Sent::NotDelivered if kept.is_some() && attempts < FORWARD_ATTEMPTS_MAX => {
-                if !refused.contains(&owner.url) {
-                    refused.push(owner.url.clone());
-                }
-                if attempts == 1 {
-                    continue;
-                }
-                // Wait (bounded by the append timeout) for the shard to leave
-                // the dead owner, then send it where it went (here included:
-                // to our own listener, as a forwarded request).
-                let left = state
-                    .config
-                    .append_timeout
-                    .saturating_sub(started.elapsed());
-                match state
-                    .streams
-                    .router()
-                    .moved_from(index, owner.instance, left)
-                    .await
-                {
-                    Location::Local(_) => {
-                        owner = Owner {
-                            instance: fleet.fleet.instance(),
-                            url: fleet.fleet.url().to_string(),
-                            handed_off_here: false,
-                        }
-                    }
-                    Location::Elsewhere(next) => owner = next,
-                    Location::Moving | Location::Lapsed => return Err(unreachable_owner(&owner)),
+                match moved_owner(&state, fleet, index, owner.instance, left).await {
+                    Some(next) => owner = next,
+                    None => return Err(unreachable_owner(&owner)),
                 }
             }
             Sent::NotDelivered | Sent::Failed => return Err(unreachable_owner(&owner)),
@@ -430,6 +383,26 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
     match headers.get(http::header::CONTENT_LENGTH) {
         Some(value) => value.to_str().ok()?.parse().ok(),
         None => Some(0),
+    }
+}
+
+/// Where shard `index` is served once it left `from` (waiting at most
+/// `left`): this member, another one, or `None` (still moving).
+async fn moved_owner(
+    state: &AppState,
+    fleet: &FleetHttp,
+    index: ShardIndex,
+    from: InstanceId,
+    left: Duration,
+) -> Option<Owner> {
+    match state.streams.router().moved_from(index, from, left).await {
+        Location::Local(_) => Some(Owner {
+            instance: fleet.fleet.instance(),
+            url: fleet.fleet.url().to_string(),
+            handed_off_here: false,
+        }),
+        Location::Elsewhere(next) => Some(next),
+        Location::Moving | Location::Lapsed => None,
     }
 }
 

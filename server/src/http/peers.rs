@@ -93,7 +93,7 @@ pub async fn handle(
     match route {
         PeerRoute::Appended => {
             let batch: AppendedBatch = serde_json::from_slice(&body).map_err(bad)?;
-            if let Err(e) = state.subscriptions.told(batch).await {
+            if let Err(e) = state.subscriptions.told(batch) {
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
@@ -145,24 +145,27 @@ pub struct HttpSubscriptionPeers {
 }
 
 impl HttpSubscriptionPeers {
-    /// POSTs `body` as JSON to `url` + `path`; answers the reply's body.
-    fn post(
+    /// POSTs `value` as JSON to `url` + `path`, with a stream key
+    /// (base64url) in its header if given; answers the reply's body.
+    fn post<T: serde::Serialize>(
         &self,
         url: &str,
         path: &str,
-        body: Vec<u8>,
-    ) -> BoxFuture<Result<bytes::Bytes, PeerError>> {
-        self.post_with(url, path, body, None)
-    }
-
-    /// [`Self::post`], with a stream key (base64url) in its header.
-    fn post_with(
-        &self,
-        url: &str,
-        path: &str,
-        body: Vec<u8>,
+        value: &T,
         stream_key: Option<String>,
     ) -> BoxFuture<Result<bytes::Bytes, PeerError>> {
+        let body = match serde_json::to_vec(value) {
+            Ok(body) => body,
+            Err(e) => {
+                let url = url.to_string();
+                return Box::pin(async move {
+                    Err(PeerError::Unreachable {
+                        url,
+                        reason: format!("encoding the request: {e}"),
+                    })
+                });
+            }
+        };
         let client = self.client.clone();
         let key = self.key.clone();
         let target = format!("{}{path}", url.trim_end_matches('/'));
@@ -211,36 +214,13 @@ fn decoded<T: DeserializeOwned>(url: &str, bytes: &[u8]) -> Result<T, PeerError>
 
 impl SubscriptionPeers for HttpSubscriptionPeers {
     fn appended(&self, url: &str, batch: AppendedBatch) -> BoxFuture<Result<(), PeerError>> {
-        let body = match serde_json::to_vec(&batch) {
-            Ok(body) => body,
-            Err(e) => {
-                let url = url.to_string();
-                return Box::pin(async move {
-                    Err(PeerError::Unreachable {
-                        url,
-                        reason: e.to_string(),
-                    })
-                });
-            }
-        };
-        let sent = self.post(url, APPENDED_PATH, body);
+        let sent = self.post(url, APPENDED_PATH, &batch, None);
         Box::pin(async move { sent.await.map(|_| ()) })
     }
 
     fn tails(&self, url: &str, request: TailsRequest) -> BoxFuture<Result<TailsAnswer, PeerError>> {
+        let sent = self.post(url, TAILS_PATH, &request, None);
         let url = url.to_string();
-        let body = match serde_json::to_vec(&request) {
-            Ok(body) => body,
-            Err(e) => {
-                return Box::pin(async move {
-                    Err(PeerError::Unreachable {
-                        url,
-                        reason: e.to_string(),
-                    })
-                })
-            }
-        };
-        let sent = self.post(&url, TAILS_PATH, body);
         Box::pin(async move { decoded(&url, &sent.await?) })
     }
 }
@@ -257,20 +237,15 @@ impl SourceReads for HttpSourceReads {
         request: SourceRead,
         key: &strata_segments::StreamKey,
     ) -> BoxFuture<Result<strata_engine::ReadBatch, ServiceError>> {
-        let body = match serde_json::to_vec(&request) {
-            Ok(body) => body,
-            Err(e) => return Box::pin(async move { Err(ServiceError::Internal(e.to_string())) }),
-        };
         let sent = self
             .peers
-            .post_with(url, SOURCE_PATH, body, Some(key.to_base64url()));
+            .post(url, SOURCE_PATH, &request, Some(key.to_base64url()));
+        let url = url.to_string();
         Box::pin(async move {
-            let bytes = sent
-                .await
-                .map_err(|e| ServiceError::Unavailable(format!("reading a fork source: {e}")))?;
-            let batch: SourceBatch = serde_json::from_slice(&bytes).map_err(|e| {
-                ServiceError::Unavailable(format!("a fork source's owner answered badly: {e}"))
-            })?;
+            let unavailable =
+                |e: PeerError| ServiceError::Unavailable(format!("reading a fork source: {e}"));
+            let batch: SourceBatch =
+                decoded(&url, &sent.await.map_err(unavailable)?).map_err(unavailable)?;
             batch.into_batch()
         })
     }

@@ -77,14 +77,8 @@ impl Streams {
             };
             cap = base;
             let source = self
-                .registry
-                .entry(project, &origin.source)
-                .load()
+                .incarnation(project, &origin.source, origin.source_incarnation)
                 .await?
-                .filter(|s| {
-                    s.value.incarnation == origin.source_incarnation
-                        && s.value.state != StreamState::Deleted
-                })
                 .ok_or_else(|| ServiceError::Internal("a fork's source is gone".into()))?;
             current = source;
         }
@@ -252,6 +246,24 @@ impl Streams {
         Ok((out, starts, position))
     }
 
+    /// The descriptor of `name` if it is still `incarnation` and not deleted
+    /// (a source kept only for its forks is).
+    async fn incarnation(
+        &self,
+        project: &str,
+        name: &str,
+        incarnation: u64,
+    ) -> Result<Option<Arc<Versioned<Descriptor>>>, ServiceError> {
+        Ok(self
+            .registry
+            .entry(project, name)
+            .load()
+            .await?
+            .filter(|d| {
+                d.value.incarnation == incarnation && d.value.state != StreamState::Deleted
+            }))
+    }
+
     /// A fork source's records from its shard here (a peer's source read).
     pub async fn read_source(
         &self,
@@ -259,13 +271,8 @@ impl Streams {
         key: &StreamKey,
     ) -> Result<SourceBatch, ServiceError> {
         let desc = self
-            .registry
-            .entry(&request.project, &request.name)
-            .load()
+            .incarnation(&request.project, &request.name, request.incarnation)
             .await?
-            .filter(|d| {
-                d.value.incarnation == request.incarnation && d.value.state != StreamState::Deleted
-            })
             .ok_or(ServiceError::NotFound)?;
         let stream = stream_ref(&desc.value)?;
         let shard = self.shards.shard_for(&stream.id)?;

@@ -103,3 +103,23 @@ impl Drop for Server {
 }
 pub mod fleet;
 pub mod product;
+
+/// A server run in this process until its stop sender fires (or drops).
+pub struct Running {
+    pub stop: tokio::sync::oneshot::Sender<()>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Runs `server` on a task of its own; see [`Running`].
+pub fn run_in_process(server: strata_server::cli::serve::Server) -> Running {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the server runs");
+    });
+    Running { stop, task }
+}

@@ -309,17 +309,17 @@ impl Subscriptions {
     /// Called after an append to `name` in `project` on this server: the
     /// subscriptions hear of it here, or the relay tells their server.
     pub fn appended(self: &Arc<Self>, project: &str, name: &str) {
-        let append = AppendedStream {
+        let append = || AppendedStream {
             project: project.to_string(),
             stream: name.to_string(),
         };
         match self.coordination.locate() {
             CoordinatorAt::Here if self.nothing_to_tell() => {}
-            CoordinatorAt::Here => {
-                let me = self.clone();
-                tokio::spawn(async move { me.on_append(&append.project, append.stream).await });
-            }
-            CoordinatorAt::Elsewhere(_) | CoordinatorAt::Unknown => self.relay(Some(append)),
+            CoordinatorAt::Here => self.apply(AppendedBatch {
+                appends: vec![append()],
+                sweep: false,
+            }),
+            CoordinatorAt::Elsewhere(_) | CoordinatorAt::Unknown => self.relay(Some(append())),
         }
     }
 
@@ -333,27 +333,17 @@ impl Subscriptions {
     /// member claimed a shard: appends to it may not have been told).
     pub fn ask_sweep(self: &Arc<Self>) {
         match self.coordination.locate() {
-            CoordinatorAt::Here => {
-                let me = self.clone();
-                tokio::spawn(async move { me.sweep().await });
-            }
+            CoordinatorAt::Here => self.apply(AppendedBatch {
+                appends: Vec::new(),
+                sweep: true,
+            }),
             CoordinatorAt::Elsewhere(_) | CoordinatorAt::Unknown => self.relay(None),
         }
     }
 
-    fn relay(self: &Arc<Self>, append: Option<AppendedStream>) {
-        if self.coordination.queue(append) {
-            tokio::spawn(relay_loop(self.clone()));
-        }
-    }
-
-    /// A batch told by another member (this server is the coordinator).
-    pub async fn told(self: &Arc<Self>, batch: AppendedBatch) -> Result<(), SubError> {
-        if !matches!(self.coordination.locate(), CoordinatorAt::Here) {
-            return Err(SubError::Unavailable(
-                "the subscriptions are served by another member".into(),
-            ));
-        }
+    /// Acts on `batch` here, in the background: the sweep first, then each
+    /// append.
+    fn apply(self: &Arc<Self>, batch: AppendedBatch) {
         let me = self.clone();
         tokio::spawn(async move {
             if batch.sweep {
@@ -363,6 +353,22 @@ impl Subscriptions {
                 me.on_append(&append.project, append.stream).await;
             }
         });
+    }
+
+    fn relay(self: &Arc<Self>, append: Option<AppendedStream>) {
+        if self.coordination.queue(append) {
+            tokio::spawn(relay_loop(self.clone()));
+        }
+    }
+
+    /// A batch told by another member (this server is the coordinator).
+    pub fn told(self: &Arc<Self>, batch: AppendedBatch) -> Result<(), SubError> {
+        if !matches!(self.coordination.locate(), CoordinatorAt::Here) {
+            return Err(SubError::Unavailable(
+                "the subscriptions are served by another member".into(),
+            ));
+        }
+        self.apply(batch);
         Ok(())
     }
 
@@ -644,9 +650,7 @@ async fn relay_loop(me: Arc<Subscriptions>) {
     loop {
         let batch = me.coordination.next_batch().await;
         match me.coordination.locate() {
-            CoordinatorAt::Here => {
-                let _ = me.told(batch).await;
-            }
+            CoordinatorAt::Here => me.apply(batch),
             CoordinatorAt::Elsewhere(url) => me.coordination.send(&url, batch, &mut backoff).await,
             CoordinatorAt::Unknown => me.coordination.hold(batch, &mut backoff).await,
         }
