@@ -63,6 +63,16 @@ pub enum Location {
     Lapsed,
 }
 
+/// How [`ShardRouter::renew_lease`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease ran and now runs longer.
+    Extended,
+    /// The lease had lapsed: it stays lapsed until the shards owned here are
+    /// let go and the lease restarts.
+    AfterLapse,
+}
+
 /// Why a server whose lease lapsed answers nothing from its shards.
 pub const LAPSED: &str =
     "this instance cannot reach the store and has stopped serving its shards; retry (another instance takes them over)";
@@ -127,8 +137,34 @@ impl ShardRouter {
         }
     }
 
-    /// Extends this server's lease to `until_ms` (never shortens it).
-    pub fn renew_lease(&self, until_ms: u64) {
+    /// Extends this server's lease to `until_ms` (never shortens it) while
+    /// the lease still runs. A lease that already lapsed stays lapsed
+    /// ([`Renewal::AfterLapse`]): once it lapsed, other members may have
+    /// judged this one dead and claimed its shards, so its handles may be
+    /// fenced without knowing it; the caller lets them all go, then
+    /// [`ShardRouter::restart_lease`].
+    pub fn renew_lease(&self, until_ms: u64) -> Renewal {
+        let Some((until, clock)) = &self.lease else {
+            return Renewal::Extended;
+        };
+        let now_ms = clock.now_ms();
+        let renewed = until.fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
+            (now_ms < current).then_some(current.max(until_ms))
+        });
+        self.changes.send_modify(|n| *n += 1);
+        match renewed {
+            Ok(_) => Renewal::Extended,
+            Err(_) => Renewal::AfterLapse,
+        }
+    }
+
+    /// Starts a new lease after a lapse, once no shard is owned here (a
+    /// lapsed member serves again only from shards it claims afresh).
+    pub fn restart_lease(&self, until_ms: u64) {
+        assert!(
+            self.owned().is_empty(),
+            "a lease restarts only with nothing owned"
+        );
         if let Some((until, _)) = &self.lease {
             until.fetch_max(until_ms, Ordering::AcqRel);
         }

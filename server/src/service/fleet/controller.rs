@@ -14,14 +14,20 @@
 //!    it may still answer from the shard); release what is not ours (flush,
 //!    stop, then tell the new owner); point the rest at their owners.
 //!    A beat with shards to claim PUTs its heartbeat once before the claims
-//!    too (releases done, claims not begun; holders read after it), so slow
-//!    claims never outlast the lease; if that PUT fails it claims nothing.
+//!    too (releases done, claims not begun), so slow claims never outlast
+//!    the lease; if that PUT fails it claims nothing. Then it reads the
+//!    holders, and only then LISTs `fleet/` again: a holder is judged by a
+//!    listing that started after its claim was read, so a member that
+//!    looked dead at the beat's first listing but came back and claimed
+//!    since is seen live (its claim followed a heartbeat that landed).
 //! 4. PUT this member's heartbeat, whose `owned` set is what it serves now. A
 //!    PUT that succeeded renews the member's own lease to *its start* +
 //!    `lease_ms` − [`LEASE_MARGIN_MS`]: no other member can judge this one
 //!    dead before then (they need a full lease of listings without a change,
 //!    and this PUT landed after it started), so answering from owned shards
-//!    until then never serves data another owner changed.
+//!    until then never serves data another owner changed. A PUT that lands
+//!    after the lease lapsed renews nothing until every owned shard is let
+//!    go: meanwhile the others may have claimed them.
 //!
 //! Fencing, not this controller, decides ownership: a claim bumps the shard's
 //! epoch and fences the previous owner, whose next write fails. The
@@ -36,17 +42,19 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parking_lot::Mutex;
+use strata_engine::admin::ShardHolder;
 use strata_engine::{Clock, EngineError, InstanceId, Shard};
 
 use super::claim::Claims;
 use super::heartbeat::{owned_bitmap, Heartbeat, Load, MemberState, HEARTBEAT_FORMAT};
 pub use super::io::{list_heartbeats, read_heartbeat};
-use super::membership::{Member, Membership, Sighting};
+use super::membership::{Listed, Member, Membership, Sighting};
 use super::placement::{owner_of, Candidate};
 use crate::service::names;
-use crate::service::routing::{Owner, ShardIndex, ShardRouter, Slot};
+use crate::service::routing::{Owner, Renewal, ShardIndex, ShardRouter, Slot};
 use crate::service::{ShardMove, Streams};
 
 /// How much earlier than the others could judge it dead a member stops
@@ -67,6 +75,10 @@ const DELETES_PER_BEAT_MAX: usize = 4;
 /// Most shards claimed in one beat (so that the heartbeat after them is not
 /// delayed past the lease by a burst of claims).
 const CLAIMS_PER_BEAT_MAX: usize = 8;
+/// Most holders (manifests) a beat reads before its claims, and how many at
+/// once.
+const HOLDER_READS_PER_BEAT_MAX: usize = 2 * CLAIMS_PER_BEAT_MAX;
+const HOLDER_READS_IN_FLIGHT_MAX: usize = CLAIMS_PER_BEAT_MAX;
 /// Most heartbeats read in one beat.
 const READS_PER_BEAT_MAX: usize = 64;
 
@@ -275,15 +287,24 @@ impl Fleet {
         let started_ms = self.clock.now_ms();
         let wrote = self.write_heartbeat().await;
         if wrote {
-            self.renew_lease(started_ms);
+            self.renew_lease(started_ms).await;
         }
         self.note_reachability(wrote && listed);
         hints
     }
 
-    fn renew_lease(&self, put_started_ms: u64) {
-        self.router()
-            .renew_lease(put_started_ms + self.config.lease_ms.saturating_sub(LEASE_MARGIN_MS));
+    /// Renews the lease from a heartbeat write that started at
+    /// `put_started_ms`. If the lease lapsed before the write landed, the
+    /// others may have judged this member dead meanwhile and claimed its
+    /// shards (a handle learns it is fenced only when it writes): every
+    /// shard owned here is let go before the new lease starts.
+    async fn renew_lease(&self, put_started_ms: u64) {
+        let until_ms = put_started_ms + self.config.lease_ms.saturating_sub(LEASE_MARGIN_MS);
+        if self.router().renew_lease(until_ms) == Renewal::AfterLapse {
+            self.release_all("this instance's lease lapsed before its heartbeat landed")
+                .await;
+            self.router().restart_lease(until_ms);
+        }
     }
 
     async fn send_hints(&self, hints: Vec<(Released, Owner)>) {
@@ -357,6 +378,7 @@ impl Fleet {
     /// failed (the view is then left as it was).
     async fn refresh_membership(&self) -> bool {
         let bound = Duration::from_millis(self.config.lease_ms / 2);
+        let started_ms = self.clock.now_ms();
         let listing = match tokio::time::timeout(bound, list_heartbeats(&self.store)).await {
             Ok(Ok(listing)) => listing,
             Ok(Err(e)) => {
@@ -372,11 +394,13 @@ impl Fleet {
             .into_iter()
             .filter(|s| s.instance != self.me)
             .collect();
-        let due = self
-            .view
-            .lock()
-            .membership
-            .observe(self.clock.now_ms(), &others);
+        let due = self.view.lock().membership.observe(
+            Listed {
+                started_ms,
+                ended_ms: self.clock.now_ms(),
+            },
+            &others,
+        );
         self.delete_long_dead().await;
         for instance in due.into_iter().take(READS_PER_BEAT_MAX) {
             let heartbeat = match tokio::time::timeout(
@@ -521,8 +545,9 @@ impl Fleet {
     /// would lapse meanwhile and stop every shard this member serves. A
     /// member whose heartbeat does not land claims nothing (it could not
     /// serve what it claimed, and would only fence the owner). Then the
-    /// claim rule, with holders read after that write (at most
-    /// [`CLAIMS_PER_BEAT_MAX`]).
+    /// holders are read (at most [`HOLDER_READS_PER_BEAT_MAX`]), then the
+    /// members listed again, then the claim rule (at most
+    /// [`CLAIMS_PER_BEAT_MAX`]): see the module header.
     async fn claims_after_keep_alive(&self, candidates: Vec<ShardIndex>) -> Vec<ShardIndex> {
         if candidates.is_empty() {
             return Vec::new();
@@ -531,13 +556,23 @@ impl Fleet {
         if !self.write_heartbeat().await {
             return Vec::new();
         }
-        self.renew_lease(started_ms);
+        self.renew_lease(started_ms).await;
+        let holders: Vec<(ShardIndex, Option<ShardHolder>)> =
+            futures::stream::iter(candidates.into_iter().take(HOLDER_READS_PER_BEAT_MAX))
+                .map(|index| async move { (index, self.read_holder(index).await) })
+                .buffered(HOLDER_READS_IN_FLIGHT_MAX)
+                .filter_map(|(index, holder)| async move { holder.map(|h| (index, h)) })
+                .collect()
+                .await;
+        if holders.is_empty() || !self.refresh_membership().await {
+            return Vec::new();
+        }
         let mut to_claim = Vec::new();
-        for index in candidates {
+        for (index, holder) in holders {
             if to_claim.len() >= CLAIMS_PER_BEAT_MAX {
                 break;
             }
-            if self.may_claim(index).await {
+            if self.may_claim(index, holder) {
                 to_claim.push(index);
             }
         }
@@ -560,19 +595,22 @@ impl Fleet {
         true
     }
 
-    /// The claim rule (`claim`) with the shard's holder read from its
-    /// manifest (one GET; an unreadable manifest: not this beat).
-    async fn may_claim(&self, index: ShardIndex) -> bool {
-        let Ok(name) = index.shard_name() else {
-            return false;
-        };
-        let holder = match strata_engine::admin::shard_holder(&self.store, &name).await {
-            Ok(holder) => holder,
+    /// Shard `index`'s holder, read from its manifest (one GET; `None`: the
+    /// manifest is unreadable, so not this beat; `Some(None)`: no holder).
+    async fn read_holder(&self, index: ShardIndex) -> Option<Option<ShardHolder>> {
+        let name = index.shard_name().ok()?;
+        match strata_engine::admin::shard_holder(&self.store, &name).await {
+            Ok(holder) => Some(holder),
             Err(e) => {
                 tracing::warn!(shard = index.0, error = %e, "fleet: reading the shard's manifest failed; not claiming it this beat");
-                return false;
+                None
             }
-        };
+        }
+    }
+
+    /// The claim rule (`claim`) for shard `index`, whose manifest named
+    /// `holder` before this beat's last listing.
+    fn may_claim(&self, index: ShardIndex, holder: Option<ShardHolder>) -> bool {
         let now_ms = self.clock.now_ms();
         let mut view = self.view.lock();
         let View {

@@ -9,6 +9,14 @@
 //! modification time (so that yesterday's heartbeat of a dead process is not
 //! taken for a live one).
 //!
+//! A verdict rests on listings alone: a change is dated by the end of the
+//! listing that showed it (it may have landed just before), and liveness is
+//! judged as of the start of the last listing, whatever the time asked
+//! about (a renewal that landed after that start, during the listing or
+//! during a slow step after it, is unseen, not absent). So a member judged
+//! dead had written no heartbeat for a lease before that start: its own
+//! lease, renewed from a write's start minus a margin, lapsed before it.
+//!
 //! A heartbeat is read (GET) when it first appears, again when its member
 //! asks (a hint: it drains, or handed shards off), and at most once per
 //! refresh interval otherwise (by default never: what placement reads of a
@@ -83,13 +91,32 @@ fn alive(known: &Known, now_ms: u64, lease_ms: u64) -> bool {
     }
 }
 
+/// When one listing of `fleet/` was taken, by the observer's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed {
+    /// Before the LIST was sent: a heartbeat written before this shows.
+    pub started_ms: u64,
+    /// After its last page arrived: a heartbeat it shows was written before.
+    pub ended_ms: u64,
+}
+
+impl Listed {
+    /// A listing that took no time.
+    pub fn at(ms: u64) -> Listed {
+        Listed {
+            started_ms: ms,
+            ended_ms: ms,
+        }
+    }
+}
+
 /// The live set as one member sees it; see the module header.
 pub struct Membership {
     lease_ms: u64,
     refresh_ms: u64,
     known: HashMap<InstanceId, Known>,
-    /// When the last listing was folded in (`None`: never).
-    listed_ms: Option<u64>,
+    /// The last listing folded in (`None`: never).
+    listed: Option<Listed>,
 }
 
 impl Membership {
@@ -98,15 +125,23 @@ impl Membership {
             lease_ms,
             refresh_ms,
             known: HashMap::new(),
-            listed_ms: None,
+            listed: None,
         }
     }
 
-    /// Folds in one listing taken at `now_ms`; answers the members whose
+    /// The time liveness is judged at when asked at `now_ms`: no later than
+    /// the start of the last listing.
+    fn judged_ms(&self, now_ms: u64) -> u64 {
+        self.listed
+            .map_or(now_ms, |listed| now_ms.min(listed.started_ms))
+    }
+
+    /// Folds in one listing taken `at`; answers the members whose
     /// heartbeat must be read now. A member missing from the listing is not
     /// taken for gone at once (see [`alive`]): it stays live for a lease of
     /// absence, then is forgotten.
-    pub fn observe(&mut self, now_ms: u64, listing: &[Sighting]) -> Vec<InstanceId> {
+    pub fn observe(&mut self, at: Listed, listing: &[Sighting]) -> Vec<InstanceId> {
+        let now_ms = at.ended_ms;
         // After a gap in our own listings (this process stalled, or its
         // listings failed), what we saw before says nothing about who renewed
         // meanwhile: every known member counts as renewed now, so that no one
@@ -115,7 +150,8 @@ impl Membership {
         // Only members that were live at our previous listing: one already
         // dead then stays dead (our own pause does not revive it).
         if let Some(then) = self
-            .listed_ms
+            .listed
+            .map(|listed| listed.ended_ms)
             .filter(|then| now_ms.saturating_sub(*then) >= self.lease_ms / 2)
         {
             let lease_ms = self.lease_ms;
@@ -129,7 +165,8 @@ impl Membership {
                 }
             }
         }
-        self.listed_ms = Some(now_ms);
+        self.listed = Some(at);
+        let judged_ms = self.judged_ms(now_ms);
         let listed: HashMap<InstanceId, &Sighting> = listing
             .iter()
             .take(MEMBERS_MAX)
@@ -142,7 +179,7 @@ impl Membership {
         }
         let lease_ms = self.lease_ms;
         self.known
-            .retain(|id, k| listed.contains_key(id) || alive(k, now_ms, lease_ms));
+            .retain(|id, k| listed.contains_key(id) || alive(k, judged_ms, lease_ms));
         for (id, sighting) in listed {
             match self.known.get_mut(&id) {
                 Some(known) => {
@@ -170,7 +207,7 @@ impl Membership {
         let mut due: Vec<InstanceId> = self
             .known
             .iter()
-            .filter(|(_, k)| self.is_live(k, now_ms))
+            .filter(|(_, k)| self.is_live(k, judged_ms))
             .filter(|(_, k)| match k.read_ms {
                 None => true,
                 Some(read_ms) => now_ms.saturating_sub(read_ms) >= self.refresh_ms,
@@ -206,12 +243,14 @@ impl Membership {
         dead.into_iter().take(max).map(|(_, id)| id).collect()
     }
 
-    /// Whether `instance`'s heartbeat was renewed less than a lease ago (by
-    /// this observer's clock), whether or not its content could be read.
+    /// Whether `instance`'s heartbeat was renewed less than a lease before
+    /// the time judged at (by this observer's clock; see the module header),
+    /// whether or not its content could be read.
     pub fn renewing(&self, instance: &InstanceId, now_ms: u64) -> bool {
+        let judged_ms = self.judged_ms(now_ms);
         self.known
             .get(instance)
-            .is_some_and(|k| self.is_live(k, now_ms))
+            .is_some_and(|k| self.is_live(k, judged_ms))
     }
 
     /// `instance`'s last heartbeat read, and when it was read.
@@ -236,12 +275,14 @@ impl Membership {
         alive(known, now_ms, self.lease_ms)
     }
 
-    /// The live members with a valid heartbeat, by instance id.
+    /// The live members with a valid heartbeat, by instance id, judged as
+    /// [`Membership::renewing`] does.
     pub fn live(&self, now_ms: u64) -> Vec<Member> {
+        let judged_ms = self.judged_ms(now_ms);
         let mut live: Vec<Member> = self
             .known
             .iter()
-            .filter(|(_, k)| self.is_live(k, now_ms))
+            .filter(|(_, k)| self.is_live(k, judged_ms))
             .filter_map(|(id, k)| {
                 let hb = k.heartbeat.as_ref()?;
                 Some(Member {
@@ -296,17 +337,22 @@ mod tests {
         let mut m = Membership::new(6_000, 10_000);
         let a = InstanceId([1; 16]);
         // The store's clock is 3 s ahead of ours: first sight dates it now.
-        assert_eq!(m.observe(10_000, &[sighting(1, 13_000, "e1")]), vec![a]);
+        assert_eq!(
+            m.observe(Listed::at(10_000), &[sighting(1, 13_000, "e1")]),
+            vec![a]
+        );
         m.read(a, Some(heartbeat(1)), 10_000);
         assert_eq!(m.live(10_000).len(), 1);
         // Changes keep it live long after the first sighting…
-        m.observe(14_000, &[sighting(1, 17_000, "e2")]);
+        m.observe(Listed::at(14_000), &[sighting(1, 17_000, "e2")]);
         assert_eq!(m.live(19_999).len(), 1);
         // …and unchanged listings (every 2 s) do not renew it.
         for at in [16_000, 18_000, 19_000] {
-            m.observe(at, &[sighting(1, 17_000, "e2")]);
+            m.observe(Listed::at(at), &[sighting(1, 17_000, "e2")]);
         }
         assert_eq!(m.live(19_999).len(), 1);
+        assert_eq!(m.live(20_000).len(), 1, "judged at the last listing");
+        m.observe(Listed::at(20_000), &[sighting(1, 17_000, "e2")]);
         assert!(
             m.live(20_000).is_empty(),
             "one lease after the last change seen"
@@ -316,10 +362,12 @@ mod tests {
     #[test]
     fn an_old_heartbeat_seen_first_is_dead() {
         let mut m = Membership::new(6_000, 10_000);
-        assert!(m.observe(100_000, &[sighting(1, 1_000, "e1")]).is_empty());
+        assert!(m
+            .observe(Listed::at(100_000), &[sighting(1, 1_000, "e1")])
+            .is_empty());
         assert!(m.live(100_000).is_empty());
         // Once it changes again, it is alive.
-        let due = m.observe(101_000, &[sighting(1, 101_000, "e2")]);
+        let due = m.observe(Listed::at(101_000), &[sighting(1, 101_000, "e2")]);
         assert_eq!(due, vec![InstanceId([1; 16])]);
     }
 
@@ -327,20 +375,28 @@ mod tests {
     fn heartbeats_are_read_once_per_refresh_or_when_asked() {
         let mut m = Membership::new(6_000, 10_000);
         let a = InstanceId([1; 16]);
-        assert_eq!(m.observe(0, &[sighting(1, 0, "e1")]), vec![a]);
+        assert_eq!(m.observe(Listed::at(0), &[sighting(1, 0, "e1")]), vec![a]);
         m.read(a, Some(heartbeat(1)), 0);
-        assert!(m.observe(2_000, &[sighting(1, 2_000, "e2")]).is_empty());
+        assert!(m
+            .observe(Listed::at(2_000), &[sighting(1, 2_000, "e2")])
+            .is_empty());
         m.reread(&a);
-        assert_eq!(m.observe(4_000, &[sighting(1, 4_000, "e3")]), vec![a]);
+        assert_eq!(
+            m.observe(Listed::at(4_000), &[sighting(1, 4_000, "e3")]),
+            vec![a]
+        );
         m.read(a, Some(heartbeat(1)), 4_000);
-        assert_eq!(m.observe(14_000, &[sighting(1, 14_000, "e4")]), vec![a]);
+        assert_eq!(
+            m.observe(Listed::at(14_000), &[sighting(1, 14_000, "e4")]),
+            vec![a]
+        );
     }
 
     #[test]
     fn long_dead_heartbeats_are_found_oldest_first() {
         let mut m = Membership::new(6_000, u64::MAX);
         m.observe(
-            100_000,
+            Listed::at(100_000),
             &[
                 sighting(1, 10_000, "e"),
                 sighting(2, 20_000, "e"),
@@ -358,18 +414,18 @@ mod tests {
     fn a_missing_heartbeat_leaves_after_the_lease_and_an_unreadable_one_is_not_placed() {
         let mut m = Membership::new(6_000, 10_000);
         let (a, b) = (InstanceId([1; 16]), InstanceId([2; 16]));
-        m.observe(0, &[sighting(1, 0, "e1"), sighting(2, 0, "e1")]);
+        m.observe(Listed::at(0), &[sighting(1, 0, "e1"), sighting(2, 0, "e1")]);
         m.read(a, Some(heartbeat(1)), 0);
         m.read(b, None, 0);
         assert_eq!(m.live(0).len(), 1, "b's heartbeat did not decode");
         // A listing without a (deleted, or a partial listing) does not end a
         // before its lease: a may still believe itself live.
         for at in [1_000, 3_000, 5_000] {
-            m.observe(at, &[sighting(2, at, &format!("e{at}"))]);
+            m.observe(Listed::at(at), &[sighting(2, at, &format!("e{at}"))]);
         }
         assert_eq!(m.live(6_999).len(), 1);
+        m.observe(Listed::at(7_000), &[sighting(2, 7_000, "e3")]);
         assert!(m.live(7_000).is_empty(), "a lease of absence");
-        m.observe(7_000, &[sighting(2, 7_000, "e3")]);
         assert!(!m.knows(&a), "forgotten once dead and unlisted");
     }
 
@@ -379,24 +435,53 @@ mod tests {
     fn a_gap_in_our_listings_judges_no_one_dead() {
         let mut m = Membership::new(6_000, u64::MAX);
         let a = InstanceId([1; 16]);
-        m.observe(0, &[sighting(1, 0, "e1")]);
+        m.observe(Listed::at(0), &[sighting(1, 0, "e1")]);
         m.read(a, Some(heartbeat(1)), 0);
         // We stalled for 20 s; a's heartbeat is unchanged (it may have died,
         // or the listing we get now may be stale): still live for a lease.
-        m.observe(20_000, &[sighting(1, 0, "e1")]);
+        m.observe(Listed::at(20_000), &[sighting(1, 0, "e1")]);
         assert_eq!(m.live(20_000).len(), 1);
         for at in [22_000, 24_000, 26_000] {
-            m.observe(at, &[sighting(1, 0, "e1")]);
+            m.observe(Listed::at(at), &[sighting(1, 0, "e1")]);
         }
         assert!(
             m.live(26_000).is_empty(),
             "a lease of our own listings without a change"
         );
         // A member already dead before our next pause is not revived by it.
-        m.observe(60_000, &[sighting(1, 0, "e1")]);
+        m.observe(Listed::at(60_000), &[sighting(1, 0, "e1")]);
         assert!(
             m.live(60_000).is_empty(),
             "dead before the gap, dead after it"
         );
+    }
+
+    /// A verdict of death rests on listings alone: the time a listing took,
+    /// and the time after it (a slow heartbeat write, a claim's manifest
+    /// read), count for nothing, since a member may have renewed unseen.
+    #[test]
+    fn a_member_is_judged_as_of_the_start_of_the_last_listing() {
+        let mut m = Membership::new(6_000, u64::MAX);
+        let a = InstanceId([1; 16]);
+        m.observe(Listed::at(0), &[sighting(1, 0, "e1")]);
+        m.read(a, Some(heartbeat(1)), 0);
+        for at in [2_000, 4_000] {
+            m.observe(Listed::at(at), &[sighting(1, 0, "e1")]);
+        }
+        // A slow listing: sent at 5.5 s, its last page at 6.5 s.
+        let slow = Listed {
+            started_ms: 5_500,
+            ended_ms: 6_500,
+        };
+        m.observe(slow, &[sighting(1, 0, "e1")]);
+        assert!(m.renewing(&a, 6_500), "unchanged for 5.5 s of listings");
+        assert!(m.renewing(&a, 9_000), "nothing was listed after 5.5 s");
+        assert_eq!(m.live(9_000).len(), 1);
+        m.observe(Listed::at(8_000), &[sighting(1, 0, "e1")]);
+        assert!(
+            !m.renewing(&a, 8_000),
+            "a lease of listings without a change"
+        );
+        assert!(m.live(8_000).is_empty());
     }
 }
