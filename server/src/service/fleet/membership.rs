@@ -271,6 +271,21 @@ impl Membership {
         }
     }
 
+    /// The earliest time after `now_ms` at which a listing could judge a
+    /// member now live dead (its last renewal seen plus the lease), if any:
+    /// a listing then, rather than at the next beat, finds a dead member up
+    /// to a beat sooner. In a steady fleet every renewal is seen each beat,
+    /// so this lies more than a beat ahead and costs nothing.
+    pub fn next_verdict_ms(&self, now_ms: u64) -> Option<u64> {
+        let judged_ms = self.judged_ms(now_ms);
+        self.known
+            .values()
+            .filter(|k| k.absent_since_ms.is_none() && self.is_live(k, judged_ms))
+            .map(|k| k.renewed_ms.saturating_add(self.lease_ms))
+            .filter(|verdict_ms| *verdict_ms > now_ms)
+            .min()
+    }
+
     fn is_live(&self, known: &Known, now_ms: u64) -> bool {
         alive(known, now_ms, self.lease_ms)
     }
@@ -454,6 +469,37 @@ mod tests {
             m.live(60_000).is_empty(),
             "dead before the gap, dead after it"
         );
+    }
+
+    /// A member that stops renewing can be judged dead at its last renewal
+    /// seen plus the lease: that is when the next listing is worth taking.
+    #[test]
+    fn the_next_verdict_is_a_lease_after_the_oldest_renewal_seen() {
+        let mut m = Membership::new(6_000, u64::MAX);
+        m.observe(
+            Listed::at(1_000),
+            &[sighting(1, 1_000, "a1"), sighting(2, 1_000, "b1")],
+        );
+        m.observe(
+            Listed::at(3_000),
+            &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
+        );
+        assert_eq!(m.next_verdict_ms(3_000), Some(7_000), "b, seen at 1 s");
+        m.observe(
+            Listed::at(5_000),
+            &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
+        );
+        m.observe(
+            Listed::at(7_000),
+            &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
+        );
+        assert!(!m.renewing(&InstanceId([2; 16]), 7_000));
+        assert_eq!(m.next_verdict_ms(7_000), Some(9_000), "a, seen at 3 s");
+        m.observe(
+            Listed::at(9_000),
+            &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
+        );
+        assert_eq!(m.next_verdict_ms(9_000), None, "nobody left to judge");
     }
 
     /// A verdict of death rests on listings alone: the time a listing took,
