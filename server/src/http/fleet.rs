@@ -53,9 +53,13 @@ pub const HINT_PATH: &str = "/v1/fleet/hint";
 const FORWARD_ATTEMPTS_MAX: u32 = 4;
 /// Most times one request asks a member again because that member's view
 /// lags ours (it names as owner a member that refused our connection), and
-/// the first pause between asks (doubling, within the append timeout).
-const LAGGING_ASKS_MAX: u32 = 16;
+/// the first pause between asks (doubling up to [`LAGGING_PAUSE_MAX`], within
+/// the append timeout). The pause stays short: the member asked answers at
+/// once, and claims the shard as soon as it sees the old owner dead, so a
+/// long pause would only hold the request past that claim.
+const LAGGING_ASKS_MAX: u32 = 40;
 const LAGGING_PAUSE_FIRST: Duration = Duration::from_millis(50);
+const LAGGING_PAUSE_MAX: Duration = Duration::from_millis(200);
 /// Largest request body kept for a second forwarding attempt.
 const FORWARD_RETRY_BYTES_MAX: u64 = 1 << 20;
 /// Longest a request waits for a moving shard.
@@ -221,7 +225,8 @@ pub async fn forward(
                     // It names an owner that did not answer us: its view lags ours
                     // (it is the shard's next owner and has not seen the old
                     // one die yet). Ask it again shortly, within the timeout.
-                    let pause = LAGGING_PAUSE_FIRST * 2u32.saturating_pow(lagging_asks.min(5));
+                    let pause = (LAGGING_PAUSE_FIRST * 2u32.saturating_pow(lagging_asks.min(5)))
+                        .min(LAGGING_PAUSE_MAX);
                     if lagging_asks >= LAGGING_ASKS_MAX || pause >= left {
                         break answer;
                     }

@@ -75,6 +75,9 @@ const DELETES_PER_BEAT_MAX: usize = 4;
 /// Most shards claimed in one beat (so that the heartbeat after them is not
 /// delayed past the lease by a burst of claims).
 const CLAIMS_PER_BEAT_MAX: usize = 8;
+/// Two beats start at least `heartbeat_ms` / this apart (a beat taken
+/// early for a verdict, after a listing that failed, cannot spin).
+const BEATS_APART_MIN_DIVISOR: u32 = 4;
 /// Most holders (manifests) a beat reads before its claims, and how many at
 /// once.
 const HOLDER_READS_PER_BEAT_MAX: usize = 2 * CLAIMS_PER_BEAT_MAX;
@@ -231,24 +234,35 @@ impl Fleet {
     pub async fn run(self: Arc<Self>) {
         let interval = Duration::from_millis(self.config.heartbeat_ms);
         let mut next_beat = tokio::time::Instant::now();
+        let mut earliest = next_beat;
         loop {
-            let wake = self.verdict_before(next_beat).unwrap_or(next_beat);
+            let wake = self
+                .verdict_before(earliest, next_beat)
+                .unwrap_or(next_beat);
             tokio::time::sleep_until(wake).await;
             if self.view.lock().stopped {
                 return;
             }
-            next_beat = tokio::time::Instant::now() + interval;
+            let started = tokio::time::Instant::now();
+            next_beat = started + interval;
+            earliest = started + interval / BEATS_APART_MIN_DIVISOR;
             self.beat().await;
         }
     }
 
-    /// When, before `next_beat`, a listing could first judge a live member
-    /// dead (just after its verdict time), if it can.
-    fn verdict_before(&self, next_beat: tokio::time::Instant) -> Option<tokio::time::Instant> {
+    /// When, before `next_beat` and not before `earliest`, a listing could
+    /// first judge a member live at the last one dead (just after its
+    /// verdict time), if it can.
+    fn verdict_before(
+        &self,
+        earliest: tokio::time::Instant,
+        next_beat: tokio::time::Instant,
+    ) -> Option<tokio::time::Instant> {
+        let verdict_ms = self.view.lock().membership.next_verdict_ms()?;
         let now_ms = self.clock.now_ms();
-        let verdict_ms = self.view.lock().membership.next_verdict_ms(now_ms)?;
         let wake = tokio::time::Instant::now()
             + Duration::from_millis(verdict_ms.saturating_sub(now_ms) + 1);
+        let wake = wake.max(earliest);
         (wake < next_beat).then_some(wake)
     }
 
@@ -480,6 +494,7 @@ impl Fleet {
             heartbeat,
         });
         live.sort_by_key(|m| m.instance.0);
+        log_live_changes(&view.last_live, &live);
         view.last_live = live.clone();
         live
     }
@@ -805,6 +820,18 @@ impl Fleet {
 }
 
 /// Sends the hints of one beat, one request per receiving member.
+/// Logs the members that became live, and those no longer live (judged
+/// dead, or gone), between two views.
+fn log_live_changes(before: &[Member], after: &[Member]) {
+    let is_in = |set: &[Member], m: &Member| set.iter().any(|x| x.instance == m.instance);
+    for m in after.iter().filter(|m| !is_in(before, m)) {
+        tracing::info!(instance = %m.instance, url = %m.url, "fleet: member live");
+    }
+    for m in before.iter().filter(|m| !is_in(after, m)) {
+        tracing::info!(instance = %m.instance, url = %m.url, "fleet: member no longer live");
+    }
+}
+
 async fn deliver_hints(peers: &dyn Peers, me: InstanceId, hints: Vec<(Released, Owner)>) {
     let mut by_owner: HashMap<InstanceId, (String, Vec<(ShardIndex, u64)>)> = HashMap::new();
     for (shard, owner) in hints {

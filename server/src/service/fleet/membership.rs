@@ -271,18 +271,17 @@ impl Membership {
         }
     }
 
-    /// The earliest time after `now_ms` at which a listing could judge a
-    /// member now live dead (its last renewal seen plus the lease), if any:
-    /// a listing then, rather than at the next beat, finds a dead member up
-    /// to a beat sooner. In a steady fleet every renewal is seen each beat,
-    /// so this lies more than a beat ahead and costs nothing.
-    pub fn next_verdict_ms(&self, now_ms: u64) -> Option<u64> {
-        let judged_ms = self.judged_ms(now_ms);
+    /// The earliest time from which a listing could judge dead a member
+    /// the last listing showed live (its last renewal seen plus the lease;
+    /// it may be past already), if any: a listing then, rather than at the
+    /// next beat, finds a dead member up to a beat sooner. In a steady fleet
+    /// every renewal is seen each beat, so this lies more than a beat ahead.
+    pub fn next_verdict_ms(&self) -> Option<u64> {
+        let judged_ms = self.listed?.started_ms;
         self.known
             .values()
             .filter(|k| k.absent_since_ms.is_none() && self.is_live(k, judged_ms))
             .map(|k| k.renewed_ms.saturating_add(self.lease_ms))
-            .filter(|verdict_ms| *verdict_ms > now_ms)
             .min()
     }
 
@@ -484,7 +483,7 @@ mod tests {
             Listed::at(3_000),
             &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
         );
-        assert_eq!(m.next_verdict_ms(3_000), Some(7_000), "b, seen at 1 s");
+        assert_eq!(m.next_verdict_ms(), Some(7_000), "b, seen at 1 s");
         m.observe(
             Listed::at(5_000),
             &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
@@ -494,12 +493,12 @@ mod tests {
             &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
         );
         assert!(!m.renewing(&InstanceId([2; 16]), 7_000));
-        assert_eq!(m.next_verdict_ms(7_000), Some(9_000), "a, seen at 3 s");
+        assert_eq!(m.next_verdict_ms(), Some(9_000), "a, seen at 3 s");
         m.observe(
             Listed::at(9_000),
             &[sighting(1, 3_000, "a2"), sighting(2, 1_000, "b1")],
         );
-        assert_eq!(m.next_verdict_ms(9_000), None, "nobody left to judge");
+        assert_eq!(m.next_verdict_ms(), None, "nobody left to judge");
     }
 
     /// A verdict of death rests on listings alone: the time a listing took,
