@@ -42,11 +42,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parking_lot::Mutex;
-use strata_engine::admin::ShardHolder;
 use strata_engine::{Clock, EngineError, InstanceId, Shard};
+
+mod moves;
 
 use super::claim::Claims;
 use super::heartbeat::{owned_bitmap, Heartbeat, Load, MemberState, HEARTBEAT_FORMAT};
@@ -55,7 +55,7 @@ use super::membership::{Listed, Member, Membership, Sighting};
 use super::placement::{owner_of, Candidate};
 use crate::service::names;
 use crate::service::routing::{Owner, Renewal, ShardIndex, ShardRouter, Slot};
-use crate::service::{ShardMove, Streams};
+use crate::service::Streams;
 
 /// How much earlier than the others could judge it dead a member stops
 /// answering from its shards (clock rate differences, scheduling).
@@ -569,172 +569,6 @@ impl Fleet {
         hints
     }
 
-    /// The shards to claim this beat, of `candidates` (placed here, not
-    /// served here). First a heartbeat (this beat's releases are done, so
-    /// its `owned` set is what this member serves) that renews the lease: on
-    /// a slow store claims take seconds, and a lease renewed only after them
-    /// would lapse meanwhile and stop every shard this member serves. A
-    /// member whose heartbeat does not land claims nothing (it could not
-    /// serve what it claimed, and would only fence the owner). Then the
-    /// holders are read (at most [`HOLDER_READS_PER_BEAT_MAX`]), then the
-    /// members listed again, then the claim rule (at most
-    /// [`CLAIMS_PER_BEAT_MAX`]): see the module header.
-    async fn claims_after_keep_alive(&self, candidates: Vec<ShardIndex>) -> Vec<ShardIndex> {
-        if candidates.is_empty() {
-            return Vec::new();
-        }
-        let started_ms = self.clock.now_ms();
-        if !self.write_heartbeat().await {
-            return Vec::new();
-        }
-        self.renew_lease(started_ms).await;
-        let holders: Vec<(ShardIndex, Option<ShardHolder>)> =
-            futures::stream::iter(candidates.into_iter().take(HOLDER_READS_PER_BEAT_MAX))
-                .map(|index| async move { (index, self.read_holder(index).await) })
-                .buffered(HOLDER_READS_IN_FLIGHT_MAX)
-                .filter_map(|(index, holder)| async move { holder.map(|h| (index, h)) })
-                .collect()
-                .await;
-        if holders.is_empty() || !self.refresh_membership().await {
-            return Vec::new();
-        }
-        let mut to_claim = Vec::new();
-        for (index, holder) in holders {
-            if to_claim.len() >= CLAIMS_PER_BEAT_MAX {
-                break;
-            }
-            if self.may_claim(index, holder) {
-                to_claim.push(index);
-            }
-        }
-        to_claim
-    }
-
-    /// Whether shard `index` (placed here) is a candidate for a claim: not
-    /// served here (an owned shard that stopped, fenced, is one again).
-    fn wants_claim(&self, index: ShardIndex) -> bool {
-        if let Slot::Owned(shard) = self.router().slot(index) {
-            if matches!(
-                shard.status(),
-                strata_engine::ShardStatus::Active | strata_engine::ShardStatus::Recovering
-            ) {
-                return false;
-            }
-            tracing::warn!(shard = index.0, status = ?shard.status(), "fleet: an owned shard stopped (fenced?); claiming it again");
-            self.router().place(index, Slot::Unowned);
-        }
-        true
-    }
-
-    /// Shard `index`'s holder, read from its manifest (one GET; `None`: the
-    /// manifest is unreadable, so not this beat; `Some(None)`: no holder).
-    async fn read_holder(&self, index: ShardIndex) -> Option<Option<ShardHolder>> {
-        let name = index.shard_name().ok()?;
-        match strata_engine::admin::shard_holder(&self.store, &name).await {
-            Ok(holder) => Some(holder),
-            Err(e) => {
-                tracing::warn!(shard = index.0, error = %e, "fleet: reading the shard's manifest failed; not claiming it this beat");
-                None
-            }
-        }
-    }
-
-    /// The claim rule (`claim`) for shard `index`, whose manifest named
-    /// `holder` before this beat's last listing.
-    fn may_claim(&self, index: ShardIndex, holder: Option<ShardHolder>) -> bool {
-        let now_ms = self.clock.now_ms();
-        let mut view = self.view.lock();
-        let View {
-            membership, claims, ..
-        } = &mut *view;
-        claims.may_claim(
-            membership,
-            self.me,
-            index,
-            holder,
-            now_ms,
-            self.config.lease_ms,
-        )
-    }
-
-    async fn claim(&self, index: ShardIndex) {
-        self.router().place(index, Slot::Unowned);
-        match tokio::time::timeout(CLAIM_TIMEOUT, self.opener.open(index)).await {
-            Ok(Ok(shard)) => {
-                let report = shard.last_recovery();
-                self.streams.forget_shard(index);
-                self.router().place(index, Slot::Owned(shard));
-                self.streams.shard_moved(index, ShardMove::Claimed);
-                let mut view = self.view.lock();
-                view.claims.forget(index);
-                drop(view);
-                tracing::info!(
-                    shard = index.0,
-                    epoch = report.epoch,
-                    wal_objects = report.wal_objects_applied,
-                    streams = report.streams,
-                    "fleet: shard claimed"
-                );
-                let streams = self.streams.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = streams.schedule_shard_expiries(index).await {
-                        tracing::warn!(shard = index.0, error = %e, "fleet: could not load the claimed shard's expiry deadlines; its streams expire on access");
-                    }
-                });
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(shard = index.0, error = %e, "fleet: claiming a shard failed; trying again next beat")
-            }
-            Err(_) => tracing::warn!(
-                shard = index.0,
-                "fleet: claiming a shard timed out; trying again next beat"
-            ),
-        }
-    }
-
-    /// Points shard `index` at `to`; if it was owned here, flushes and stops
-    /// it first and answers true (the new owner is to be told).
-    async fn release_to(&self, index: ShardIndex, to: Owner) -> Option<u64> {
-        let current = self.router().slot(index);
-        let instance = to.instance;
-        match current {
-            Slot::Elsewhere(current)
-                if current.instance == to.instance && current.url == to.url =>
-            {
-                return None;
-            }
-            Slot::Owned(_) => {}
-            Slot::Elsewhere(_) | Slot::Unowned => {
-                self.router().place(index, Slot::Elsewhere(to));
-                return None;
-            }
-        }
-        let handed = Owner {
-            handed_off_here: true,
-            ..to
-        };
-        let previous = self.router().place(index, Slot::Elsewhere(handed));
-        match previous {
-            Slot::Owned(shard) => {
-                self.streams.shard_moved(index, ShardMove::Released);
-                let epoch = shard.last_recovery().epoch;
-                stop_shard(index, &shard).await;
-                tracing::info!(shard = index.0, to = %instance, "fleet: shard handed off");
-                Some(epoch)
-            }
-            _ => None,
-        }
-    }
-
-    async fn release_all(&self, why: &str) {
-        for (index, shard) in self.router().owned() {
-            self.router().place(index, Slot::Unowned);
-            self.streams.shard_moved(index, ShardMove::Released);
-            tracing::warn!(shard = index.0, why, "fleet: shard released");
-            stop_shard(index, &shard).await;
-        }
-    }
-
     /// Marks this member draining and hands its shards off one at a time:
     /// each is flushed and stopped, then its new owner is told and claims it
     /// before the next one goes. With no other serving member, the shards
@@ -847,6 +681,7 @@ async fn deliver_hints(peers: &dyn Peers, me: InstanceId, hints: Vec<(Released, 
         peers.hint(&url, me, shards).await;
     }
 }
+
 async fn stop_shard(index: ShardIndex, shard: &Shard) {
     if tokio::time::timeout(RELEASE_TIMEOUT, shard.shutdown())
         .await
