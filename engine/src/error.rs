@@ -61,6 +61,22 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// A rejection that a shard state *behind* the store's (a prefix of the
+    /// log: a handle fenced without knowing it) could give wrongly: a
+    /// producer sequence gap (the missing sequence may be durable), a new
+    /// producer epoch's first sequence (the epoch may have begun), a stream
+    /// not found (it may have been created since). The others are facts a
+    /// longer log keeps (a stale epoch stays stale, a used `Stream-Seq` stays
+    /// used, a close stays closed).
+    pub fn may_be_stale(&self) -> bool {
+        matches!(
+            self,
+            EngineError::ProducerSeqGap { .. }
+                | EngineError::ProducerNewEpochNeedsSeqZero
+                | EngineError::StreamNotFound
+        )
+    }
+
     pub(crate) fn corrupt(object: impl ToString, reason: impl ToString) -> Self {
         EngineError::Corrupt {
             object: object.to_string(),

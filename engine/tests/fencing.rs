@@ -151,3 +151,42 @@ async fn a_wal_slot_that_vanishes_after_already_exists_fences_the_writer() {
     assert_eq!(append.err(), Some(EngineError::Fenced));
     assert_eq!(shard.status(), strata_engine::ShardStatus::Fenced);
 }
+
+/// A handle fenced by a newer owner that has not written since still holds
+/// the older state: it would call a producer's next sequence a gap. Before
+/// it answers such a rejection it confirms its claim, learns it is fenced,
+/// and stops.
+#[tokio::test]
+async fn a_fenced_handle_that_has_not_written_confirms_its_claim_before_a_rejection() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let produce = |seq: u64| {
+        let mut request =
+            AppendRequest::new(STREAM, cipher(), vec![Bytes::from(format!("r{seq}"))]);
+        request.producer = Some(strata_engine::ProducerClaim {
+            id: "p".into(),
+            epoch: 0,
+            seq,
+            digest: [0; 16],
+        });
+        request
+    };
+    let old = open(store.clone(), 1).await.unwrap();
+    old.create_stream(STREAM, &cipher()).await.unwrap();
+    old.append(produce(0)).await.unwrap();
+    old.confirm_claim().await.expect("the first owner holds it");
+    // A newer owner takes over and acknowledges the producer's next record.
+    let new = open(store.clone(), 2).await.unwrap();
+    new.append(produce(1)).await.unwrap();
+    // The old handle, never having written since, calls sequence 2 a gap…
+    let stale = old.append(produce(2)).await.unwrap_err();
+    assert!(
+        matches!(stale, EngineError::ProducerSeqGap { .. }),
+        "{stale:?}"
+    );
+    assert!(stale.may_be_stale());
+    // …which it must not answer: its claim is gone.
+    assert_eq!(old.confirm_claim().await, Err(EngineError::Fenced));
+    assert_eq!(old.status(), strata_engine::ShardStatus::Fenced);
+    new.confirm_claim().await.expect("the newer owner holds it");
+    new.append(produce(2)).await.unwrap();
+}

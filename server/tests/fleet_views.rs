@@ -407,3 +407,98 @@ async fn a_stale_claim_of_a_served_shard_loses_nothing() {
     stop.store(true, Ordering::SeqCst);
     finish(tasks, &tallies, &bases, a, b).await;
 }
+
+/// One exactly-once append of `"v{seq}"` to `stream` through `base`: its
+/// status and body.
+async fn produce_once(base: &str, stream: &str, seq: u64) -> (u16, String) {
+    let answer = common::client()
+        .post(format!("{base}/v1/stream/{stream}"))
+        .header("content-type", "application/json")
+        .header("producer-id", "stale")
+        .header("producer-epoch", "0")
+        .header("producer-seq", seq.to_string())
+        .body(format!("\"v{seq}\""))
+        .send()
+        .await
+        .expect("the member answers");
+    let status = answer.status().as_u16();
+    (status, answer.text().await.unwrap_or_default())
+}
+
+/// A member whose handle of a shard was fenced by another server, and that
+/// has not written since, holds a state behind the store's: the producer's
+/// next sequence looks like a gap to it. It confirms its claim before it
+/// answers such a rejection, and answers a retryable 503 instead; once the
+/// shard is claimed again the append lands, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_member_does_not_call_an_acknowledged_sequence_a_gap() {
+    init_tracing();
+    let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = Member::start(shared.clone()).await;
+    let b = Member::start(shared.clone()).await;
+    until("both members serve shards", || {
+        a.owned() > 0 && b.owned() > 0
+    })
+    .await;
+    until("every shard is served", || {
+        a.owned() + b.owned() == SHARD_COUNT
+    })
+    .await;
+    let bases = vec![a.base.clone(), b.base.clone()];
+    create(&common::client(), &bases, "stale-1").await;
+    let id = strata_engine::stream_id("default", "stale-1");
+    let index = a.state.streams.router().index_of(&id);
+    let owner = if a
+        .state
+        .streams
+        .router()
+        .owned()
+        .iter()
+        .any(|(i, _)| *i == index)
+    {
+        &a
+    } else {
+        &b
+    };
+    assert_eq!(produce_once(&owner.base, "stale-1", 0).await.0, 200);
+    // Another server (a single instance on the same store) claims every
+    // shard, fencing the members' handles, and acknowledges sequence 1.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let single_base = format!("http://{}", listener.local_addr().unwrap());
+    let cli = Cli::parse_from([
+        "strata",
+        "--listen",
+        "127.0.0.1:0",
+        "--shards",
+        SHARDS,
+        "--cache-bytes",
+        "0",
+        "--dev-default-key",
+        DEV_KEY,
+    ]);
+    let single = Server::open(&cli.serve, shared.clone(), listener)
+        .await
+        .expect("the single server opens");
+    let common::Running { stop, task } = common::run_in_process(single);
+    assert_eq!(produce_once(&single_base, "stale-1", 1).await.0, 200);
+    let _ = stop.send(());
+    task.await.unwrap();
+    // The owner's handle has not written since: sequence 2 is no gap.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = produce_once(&owner.base, "stale-1", 2).await;
+        match status {
+            200 => break,
+            503 => {}
+            other => panic!("sequence 2 answered {other}: {body}"),
+        }
+        assert!(Instant::now() < deadline, "sequence 2 never landed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for base in &bases {
+        let records = common::fleet::read_all(&common::client(), base, "stale-1").await;
+        assert_eq!(records, ["v0", "v1", "v2"], "through {base}");
+    }
+    a.stop().await;
+    b.stop().await;
+}

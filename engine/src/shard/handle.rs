@@ -414,6 +414,28 @@ impl Shard {
         }
     }
 
+    /// Confirms that the store still names this handle's claim as the
+    /// shard's holder (one GET of the manifest). A handle learns that a newer
+    /// owner fenced it only when it writes; an answer that rests on its state
+    /// alone and that a state behind the store's could get wrong
+    /// ([`EngineError::may_be_stale`]) is confirmed with this first wherever
+    /// another owner may exist. Another holder: the handle stops (like a
+    /// crash: everything it acknowledged is durable) and this answers
+    /// `Fenced`.
+    pub async fn confirm_claim(&self) -> Result<(), EngineError> {
+        let holder = crate::admin::shard_holder(&self.inner.ctx.env.store, self.name()).await?;
+        let epoch = self.last_recovery().epoch;
+        let ours =
+            holder.is_some_and(|h| h.instance == self.inner.ctx.instance && h.epoch == epoch);
+        if ours {
+            return Ok(());
+        }
+        tracing::warn!(shard = %self.name(), epoch, ?holder, "shard: another owner holds it; stopping this handle");
+        self.crash();
+        self.inner.shared.status.send_replace(ShardStatus::Fenced);
+        Err(EngineError::Fenced)
+    }
+
     /// Simulates a process crash: stops every task of this shard at once,
     /// including WAL writes in flight. Nothing is flushed or answered.
     pub fn crash(&self) {

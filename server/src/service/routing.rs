@@ -129,6 +129,12 @@ impl ShardRouter {
         ShardIndex((n % self.slots.len() as u64) as u32)
     }
 
+    /// Whether this is a fleet member's router (another member may own a
+    /// shard this one still holds a handle of).
+    pub fn is_fleet(&self) -> bool {
+        self.lease.is_some()
+    }
+
     /// Whether this server's lease covers now.
     pub fn leased(&self) -> bool {
         match &self.lease {
