@@ -429,7 +429,8 @@ async fn produce_once(base: &str, stream: &str, seq: u64) -> (u16, String) {
 /// has not written since, holds a state behind the store's: the producer's
 /// next sequence looks like a gap to it. It confirms its claim before it
 /// answers such a rejection, and answers a retryable 503 instead; once the
-/// shard is claimed again the append lands, exactly once.
+/// shard is claimed again the append lands, exactly once. A stream created
+/// meanwhile is, likewise, not answered as not found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_member_does_not_call_an_acknowledged_sequence_a_gap() {
     init_tracing();
@@ -481,6 +482,23 @@ async fn a_fenced_member_does_not_call_an_acknowledged_sequence_a_gap() {
         .expect("the single server opens");
     let common::Running { stop, task } = common::run_in_process(single);
     assert_eq!(produce_once(&single_base, "stale-1", 1).await.0, 200);
+    // It also creates a stream the members' handles have never seen.
+    let client = common::client();
+    let created = client
+        .put(format!("{single_base}/v1/stream/stale-2"))
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let appended = client
+        .post(format!("{single_base}/v1/stream/stale-2"))
+        .header("content-type", "application/json")
+        .body("\"w0\"")
+        .send()
+        .await
+        .unwrap();
+    assert!(appended.status().is_success());
     let _ = stop.send(());
     task.await.unwrap();
     // The owner's handle has not written since: sequence 2 is no gap.
@@ -496,8 +514,12 @@ async fn a_fenced_member_does_not_call_an_acknowledged_sequence_a_gap() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for base in &bases {
-        let records = common::fleet::read_all(&common::client(), base, "stale-1").await;
+        let records = common::fleet::read_all(&client, base, "stale-1").await;
         assert_eq!(records, ["v0", "v1", "v2"], "through {base}");
+        // Read first through a member whose handle is stale: a retryable
+        // 503 until the shard is claimed again, never a 404.
+        let records = common::fleet::read_all(&client, base, "stale-2").await;
+        assert_eq!(records, ["w0"], "through {base}");
     }
     a.stop().await;
     b.stop().await;

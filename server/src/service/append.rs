@@ -75,12 +75,7 @@ impl Streams {
                 return Err(deadline.write_timed_out());
             }
         };
-        let answer = match answer {
-            Err(e) if e.may_be_stale() && self.shards.is_fleet() => {
-                Err(self.confirmed_rejection(&shard, e, deadline).await)
-            }
-            other => other,
-        };
+        let answer = self.confirmed(&shard, answer, deadline.at).await;
         let ack = answer.map_err(|e| match e {
             EngineError::StreamClosed { next_offset } => ServiceError::Closed {
                 tail: base + next_offset,
@@ -106,32 +101,6 @@ impl Streams {
             tail: base + ack.next_offset,
             closed: ack.closed,
         })
-    }
-
-    /// A rejection the shard's state alone gave, that a handle fenced without
-    /// knowing it could give wrongly (`EngineError::may_be_stale`): in a
-    /// fleet it stands only once the store still names this handle's claim
-    /// (one GET, within `deadline`); otherwise the handle stops and the
-    /// request gets a retryable answer (nothing was applied).
-    async fn confirmed_rejection(
-        &self,
-        shard: &strata_engine::Shard,
-        rejection: EngineError,
-        deadline: StoreDeadline,
-    ) -> EngineError {
-        match tokio::time::timeout_at(deadline.at, shard.confirm_claim()).await {
-            Ok(Ok(())) => rejection,
-            Ok(Err(EngineError::Fenced)) => EngineError::Fenced,
-            Ok(Err(e)) => EngineError::Unavailable {
-                reason: format!(
-                    "could not confirm this instance still owns the stream's shard ({e}); retry"
-                ),
-            },
-            Err(_) => EngineError::Unavailable {
-                reason: "could not confirm this instance still owns the stream's shard; retry"
-                    .into(),
-            },
-        }
     }
 
     /// Seals (closes) a stream without its key: idempotent, durable and

@@ -16,6 +16,7 @@ use super::model::{KeyView, ReadRecord};
 use super::registry::{Descriptor, StreamState};
 use super::routing::stream_ref;
 use super::sources::{SourceBatch, SourceRead, SOURCE_RECORDS_MAX};
+use super::stale::CONFIRM_WAIT_MAX;
 use super::streams::Streams;
 
 /// Where a level's records are read.
@@ -103,9 +104,11 @@ impl Streams {
                 return Ok((level.base + batch.tail, batch.closed));
             }
         };
-        let info = shard
-            .stream_info(&level.stream)
-            .ok_or(ServiceError::NotFound)?;
+        let Some(info) = shard.stream_info(&level.stream) else {
+            let until = tokio::time::Instant::now() + CONFIRM_WAIT_MAX;
+            let absent = strata_engine::EngineError::StreamNotFound;
+            return Err(self.confirmed_rejection(shard, absent, until).await.into());
+        };
         Ok((
             level.base + info.tail.next_offset,
             info.tail.status == strata_engine::shard::StreamStatus::Closed,
@@ -123,15 +126,19 @@ impl Streams {
         routing_key: &[u8],
     ) -> Result<strata_engine::ReadBatch, ServiceError> {
         match &level.place {
-            Place::Local(shard) => Ok(shard
-                .read(
-                    &level.stream,
-                    from,
-                    limits,
-                    &level.cipher,
-                    Some(routing_key),
-                )
-                .await?),
+            Place::Local(shard) => {
+                let read = shard
+                    .read(
+                        &level.stream,
+                        from,
+                        limits,
+                        &level.cipher,
+                        Some(routing_key),
+                    )
+                    .await;
+                let until = tokio::time::Instant::now() + CONFIRM_WAIT_MAX;
+                Ok(self.confirmed(shard, read, until).await?)
+            }
             Place::Remote(url) => {
                 let reads = self.source_reads.get().ok_or_else(|| {
                     ServiceError::Unavailable(

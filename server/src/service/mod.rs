@@ -44,6 +44,7 @@ mod reaper;
 mod retire;
 pub mod routing;
 pub mod sources;
+mod stale;
 mod startup;
 mod streams;
 

@@ -10,12 +10,13 @@ use super::error::ServiceError;
 use super::model::{KeyView, ReadFrom, ReadOutcome, StreamMeta};
 use super::registry::Descriptor;
 use super::routing::stream_ref;
+use super::stale::CONFIRM_WAIT_MAX;
 use super::streams::Streams;
 
 impl Streams {
     pub async fn head(&self, project: &str, name: &str) -> Result<StreamMeta, ServiceError> {
         let (_, desc) = self.live(project, name).await?;
-        self.meta_of(&desc.value)
+        self.confirmed_meta(&desc.value).await
     }
 
     /// A live stream's metadata and epoch, after checking `key` against it
@@ -33,7 +34,22 @@ impl Streams {
             .value
             .epoch_bytes()
             .ok_or_else(|| ServiceError::Internal("descriptor epoch".into()))?;
-        Ok((self.meta_of(&desc.value)?, epoch))
+        Ok((self.confirmed_meta(&desc.value).await?, epoch))
+    }
+
+    /// [`Streams::meta_of`], with a stream the shard does not know confirmed
+    /// absent first (`service::stale`): a handle fenced without knowing it
+    /// has not seen streams created since.
+    async fn confirmed_meta(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
+        match self.meta_of(desc) {
+            Err(ServiceError::NotFound) if self.shards.is_fleet() => {
+                let shard = self.shards.shard_for(&stream_ref(desc)?.id)?;
+                let until = tokio::time::Instant::now() + CONFIRM_WAIT_MAX;
+                let absent = strata_engine::EngineError::StreamNotFound;
+                Err(self.confirmed_rejection(&shard, absent, until).await.into())
+            }
+            other => other,
+        }
     }
 
     pub(super) fn meta_of(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
