@@ -20,9 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::client;
-use common::fleet::{
-    check_streams, create, follow_sse, progress, spawn_producers, Fleet, Producers,
-};
+use common::fleet::{check_streams, follow_sse, progress, start_producers, Fleet, Producers};
 use parking_lot::Mutex;
 
 use common::fleet::MEMBERS;
@@ -39,14 +37,11 @@ async fn fleet_under_load(store: &str, extra: &[&str]) {
     let mut fleet = Fleet::start(store, extra).await;
     let bases: Vec<String> = (0..MEMBERS).map(|i| fleet.base(i)).collect();
     let client = client();
-    for p in 0..PRODUCERS {
-        create(&client, &bases, &format!("fleet-{p}")).await;
-    }
     let Producers {
         stop,
         tallies,
         tasks,
-    } = spawn_producers(&bases, PRODUCERS);
+    } = start_producers(&bases, PRODUCERS).await;
     // Live readers: SSE followers of two streams, reconnecting through the
     // members as ownership moves.
     let follow_stop = Arc::new(AtomicBool::new(false));

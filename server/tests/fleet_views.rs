@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
-use common::fleet::{check_streams, create, progress, spawn_producers, Producers, Tally};
+use common::fleet::{check_streams, create, progress, start_producers, Producers, Tally};
 use common::DEV_KEY;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -217,15 +217,11 @@ impl Producing {
         assert_eq!(a.owned() + b.owned(), SHARD_COUNT);
         // A create may meet a hand-off still in flight: retryable 503s are
         // retried, anything else fails the test.
-        let client = common::client();
-        for p in 0..PRODUCERS {
-            create(&client, &bases, &format!("fleet-{p}")).await;
-        }
         let Producers {
             stop,
             tallies,
             tasks,
-        } = spawn_producers(&bases, PRODUCERS);
+        } = start_producers(&bases, PRODUCERS).await;
         progress(20, &tallies).await;
         Producing {
             shared,
@@ -408,6 +404,18 @@ async fn a_stale_claim_of_a_served_shard_loses_nothing() {
     finish(tasks, &tallies, &bases, a, b).await;
 }
 
+/// The epoch of `member`'s active handle of shard `index` (0: none).
+fn owner_epoch(member: &Member, index: strata_server::service::routing::ShardIndex) -> u64 {
+    match member.state.streams.router().locate_index(index) {
+        strata_server::service::routing::Location::Local(shard)
+            if shard.status() == strata_engine::ShardStatus::Active =>
+        {
+            shard.last_recovery().epoch
+        }
+        _ => 0,
+    }
+}
+
 /// One exactly-once append of `"v{seq}"` to `stream` through `base`: its
 /// status and body.
 async fn produce_once(base: &str, stream: &str, seq: u64) -> (u16, String) {
@@ -501,17 +509,22 @@ async fn a_fenced_member_does_not_call_an_acknowledged_sequence_a_gap() {
     assert!(appended.status().is_success());
     let _ = stop.send(());
     task.await.unwrap();
-    // The owner's handle has not written since: sequence 2 is no gap.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    // The owner's handle has not written since: sequence 2 is no gap. The
+    // stale handle answers a retryable 503 (or, had something written and
+    // the shard been claimed again already, the append lands).
+    let epoch_before = owner_epoch(owner, index);
+    let (status, body) = produce_once(&owner.base, "stale-1", 2).await;
+    assert!(
+        status == 503 || status == 200,
+        "sequence 2 answered {status}: {body}"
+    );
+    if status == 503 {
+        until("the owner claims the shard again", || {
+            owner_epoch(owner, index) > epoch_before
+        })
+        .await;
         let (status, body) = produce_once(&owner.base, "stale-1", 2).await;
-        match status {
-            200 => break,
-            503 => {}
-            other => panic!("sequence 2 answered {other}: {body}"),
-        }
-        assert!(Instant::now() < deadline, "sequence 2 never landed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(status, 200, "sequence 2 after the claim: {body}");
     }
     for base in &bases {
         let records = common::fleet::read_all(&client, base, "stale-1").await;

@@ -364,8 +364,13 @@ pub struct Producers {
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Starts [`Producers`] appending through `bases` until their `stop`.
-pub fn spawn_producers(bases: &[String], count: usize) -> Producers {
+/// Creates the streams `fleet-0` … and starts [`Producers`] on them,
+/// appending through `bases` until their `stop`.
+pub async fn start_producers(bases: &[String], count: usize) -> Producers {
+    let client = client();
+    for p in 0..count {
+        create(&client, bases, &format!("fleet-{p}")).await;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let tallies: Vec<Arc<Mutex<Tally>>> = (0..count).map(|_| Arc::default()).collect();
     let tasks = (0..count)

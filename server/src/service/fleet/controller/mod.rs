@@ -355,6 +355,7 @@ impl Fleet {
         }
     }
 
+    /// The heartbeat to write now: the next beat, with this beat's load.
     fn heartbeat(&self) -> Heartbeat {
         let now_ms = self.clock.now_ms();
         let owned = self.router().owned();
@@ -366,20 +367,32 @@ impl Fleet {
         let elapsed_ms = now_ms.saturating_sub(then_ms).max(1);
         let append_rate = appends.saturating_sub(then_appends) * 1000 / elapsed_ms;
         view.appends_at_beat = (now_ms, appends);
+        let load = Load {
+            shards_owned: owned.len() as u32,
+            append_rate,
+            queue_depth,
+        };
+        self.heartbeat_of(&view, now_ms, load, &owned)
+    }
+
+    /// This member's heartbeat as `view` has it, written at `written_ms`.
+    fn heartbeat_of(
+        &self,
+        view: &View,
+        written_ms: u64,
+        load: Load,
+        owned: &[(ShardIndex, Shard)],
+    ) -> Heartbeat {
         Heartbeat {
             format: HEARTBEAT_FORMAT,
             instance: self.me.to_string(),
             url: self.config.advertise_url.clone(),
             started_ms: self.started_ms,
             beat: view.beat,
-            written_ms: now_ms,
+            written_ms,
             state: view.state,
             weight: self.config.weight,
-            load: Load {
-                shards_owned: owned.len() as u32,
-                append_rate,
-                queue_depth,
-            },
+            load,
             owned: owned_bitmap(owned.iter().map(|(index, _)| index.0)),
         }
     }
@@ -500,19 +513,9 @@ impl Fleet {
     }
 
     fn heartbeat_preview(&self) -> Heartbeat {
+        let owned = self.router().owned();
         let view = self.view.lock();
-        Heartbeat {
-            format: HEARTBEAT_FORMAT,
-            instance: self.me.to_string(),
-            url: self.config.advertise_url.clone(),
-            started_ms: self.started_ms,
-            beat: view.beat,
-            written_ms: self.clock.now_ms(),
-            state: view.state,
-            weight: self.config.weight,
-            load: Load::default(),
-            owned: owned_bitmap(self.router().owned().iter().map(|(index, _)| index.0)),
-        }
+        self.heartbeat_of(&view, self.clock.now_ms(), Load::default(), &owned)
     }
 
     /// Claims, releases (at most `releases_max`) and points every shard as
