@@ -28,7 +28,15 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::service::routing::{Location, ShardIndex};
-use crate::service::Streams;
+use crate::service::{ServiceError, Streams};
+
+/// Tails read across the fleet: those found, and the streams whose tail
+/// could not be read now.
+#[derive(Debug, Default)]
+pub struct TailsRead {
+    pub tails: BTreeMap<String, u64>,
+    pub unread: Vec<String>,
+}
 
 /// The shard whose owner serves the subscriptions.
 pub const COORDINATOR_SHARD: ShardIndex = ShardIndex(0);
@@ -264,23 +272,33 @@ impl Coordination {
     /// The tails of `paths` in `project`, wherever their shards are served
     /// (see the module header for what is left out).
     pub async fn tails(&self, project: &str, paths: &[String]) -> BTreeMap<String, u64> {
-        let mut out = BTreeMap::new();
+        self.read_tails(project, paths).await.tails
+    }
+
+    /// [`Coordination::tails`], and which of `paths` could not be read now
+    /// (the shard is moving, or its owner did not answer) rather than found
+    /// absent.
+    pub async fn read_tails(&self, project: &str, paths: &[String]) -> TailsRead {
+        let mut out = TailsRead::default();
         let mut remote: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for path in paths {
             let id = strata_engine::stream_id(project, path);
             match self.streams.router().locate(&id) {
-                Location::Local(_) => {
-                    if let Ok(meta) = self.streams.head(project, path).await {
-                        out.insert(path.clone(), meta.tail);
+                Location::Local(_) => match self.streams.head(project, path).await {
+                    Ok(meta) => {
+                        out.tails.insert(path.clone(), meta.tail);
                     }
-                }
+                    Err(ServiceError::NotFound) => {}
+                    Err(_) => out.unread.push(path.clone()),
+                },
                 Location::Elsewhere(owner) => {
                     remote.entry(owner.url).or_default().push(path.clone())
                 }
-                Location::Moving | Location::Lapsed => {}
+                Location::Moving | Location::Lapsed => out.unread.push(path.clone()),
             }
         }
         let Some(peers) = self.peers.get() else {
+            out.unread.extend(remote.into_values().flatten());
             return out;
         };
         for (url, streams) in remote {
@@ -290,14 +308,21 @@ impl Coordination {
                     streams: chunk.to_vec(),
                 };
                 match peers.tails(&url, request).await {
-                    Ok(answer) => out.extend(
-                        answer
-                            .tails
-                            .into_iter()
-                            .filter(|(name, _)| chunk.contains(name)),
-                    ),
+                    Ok(answer) => {
+                        // A stream the member left out it does not serve (yet):
+                        // its shard is moving, not its stream gone.
+                        for name in chunk {
+                            match answer.tails.get(name) {
+                                Some(tail) => {
+                                    out.tails.insert(name.clone(), *tail);
+                                }
+                                None => out.unread.push(name.clone()),
+                            }
+                        }
+                    }
                     Err(e) => {
-                        tracing::debug!(error = %e, "subscriptions: reading tails from a member failed")
+                        tracing::debug!(error = %e, "subscriptions: reading tails from a member failed");
+                        out.unread.extend_from_slice(chunk);
                     }
                 }
             }

@@ -307,7 +307,15 @@ impl Subscriptions {
                 _ => None,
             })
             .collect();
-        let tails = self.coordination.tails(token.project(), &paths).await;
+        let read = self.coordination.read_tails(token.project(), &paths).await;
+        if let Some(path) = read.unread.first() {
+            // Not known, not zero: the stream's shard is moving (its owner
+            // died, say). Retryable; nothing was applied.
+            return Err(SubError::Unavailable(format!(
+                "the tail of {path} cannot be read now; retry"
+            )));
+        }
+        let tails = read.tails;
         for entry in request.acks {
             let (path, offset) = match entry {
                 AckEntry::Ack { stream, offset } => (stream, offset),
