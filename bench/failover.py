@@ -139,16 +139,18 @@ class Window:
         self.start = start
         self.excluded_url = excluded_url
         self.first = {s: None for s in streams}  # seconds after start
+        self.held = {s: None for s in streams}  # how long that first acked request took
         self.refusals = collections.Counter()  # 429/503 answers by reason
         self.last = {s: start for s in streams}
         self.max_gap = {s: 0.0 for s in streams}
         self.closed_at = None
 
-    def ack(self, stream, recv, owner_url):
+    def ack(self, stream, sent, recv, owner_url):
         if self.closed_at is not None or recv <= self.start:
             return
         if self.first[stream] is None and owner_url != self.excluded_url:
             self.first[stream] = recv - self.start
+            self.held[stream] = recv - sent
         self.max_gap[stream] = max(self.max_gap[stream], recv - self.last[stream])
         self.last[stream] = recv
 
@@ -170,6 +172,8 @@ class Fleet:
         self.moto = None
         self.env = dict(os.environ, NO_COLOR="1")
         self.env.pop("RUST_LOG", None)
+        if args.member_log:
+            self.env["RUST_LOG"] = args.member_log
         if args.s3:
             self.start_moto()
         else:
@@ -235,6 +239,8 @@ class Fleet:
                "--cache-dir", os.path.join(self.run_dir, f"cache-{i}")]
         if a.emulate_put_latency_ms:
             cmd += ["--emulate-put-latency-ms", str(a.emulate_put_latency_ms)]
+        for extra in a.serve_arg:
+            cmd += extra.split("=", 1) if extra.startswith("--") and "=" in extra else [extra]
         out = open(self.logs[i], "ab")
         self.procs[i] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                          start_new_session=True)
@@ -329,7 +335,7 @@ class Fleet:
             self.acked[stream] += 1
             self.last_ack[stream] = (sent, recv, owner)
             if self.window is not None:
-                self.window.ack(stream, recv, owner)
+                self.window.ack(stream, sent, recv, owner)
 
     def produce(self, index, stream):
         path = "/v1/stream/" + urllib.parse.quote(stream)
@@ -442,6 +448,9 @@ def main():
                     help="seconds past the lease to wait for a kill's streams")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--bin", default=None, help="strata binary (default $STRATA_BIN, else target/release/strata)")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument for every member's `strata serve` (--flag=value splits in two)")
+    ap.add_argument("--member-log", default=None, help="RUST_LOG of the members (default: theirs)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (store, logs)")
     ap.add_argument("--run-dir", default=None, help="parent of the run directory (default $TMPDIR)")
     args = ap.parse_args()
@@ -545,15 +554,20 @@ def main():
                 window.close(time.monotonic())
                 fleet.window = None
             samples = sorted(round(window.first[s] * 1000) for s in affected if window.first[s] is not None)
+            # How long each of those first acknowledged requests was held
+            # (sent → answered), in the order of `samples`.
+            held = [round(window.held[s] * 1000) for s in
+                    sorted((s for s in affected if window.first[s] is not None), key=lambda s: window.first[s])]
             missing = [s for s in affected if window.first[s] is None]
             others = [s for s in streams if s not in affected]
             other_stall = max((window.max_gap[s] for s in others), default=0.0)
             fleet.mark(f"kill {k + 1}: {len(samples)} of {len(affected)} streams recovered, "
                        f"slowest {samples[-1] if samples else '-'} ms")
             rec = {"kill": k + 1, "member": victim, "shards": victim_shards, "streams": len(affected),
-                   "failover_ms": samples, "missing": len(missing),
+                   "failover_ms": samples, "held_ms": held, "missing": len(missing),
                    "unaffected_max_stall_ms": round(other_stall * 1000)}
             log(f"kill {k + 1}: member {victim}, shards {victim_shards}, failover ms {samples}"
+                + f" (held {held})"
                 + (f", {len(missing)} streams NOT recovered" if missing else "")
                 + f", longest stall of the other streams {rec['unaffected_max_stall_ms']} ms"
                 + f", refusals {dict(window.refusals)}")
@@ -636,9 +650,10 @@ def main():
             "duplicates": duplicated,
             "unaffected_max_stall_ms": max((r["unaffected_max_stall_ms"] for r in kills), default=None),
             "rejoin_max_stall_ms": max((r["rejoin_max_stall_ms"] for r in kills), default=None),
-            "per_kill": [{"member": r["member"], "failover_ms": r["failover_ms"],
+            "per_kill": [{"member": r["member"], "failover_ms": r["failover_ms"], "held_ms": r["held_ms"],
                           "rejoin_max_stall_ms": r["rejoin_max_stall_ms"]} for r in kills],
             "emulate_put_latency_ms": args.emulate_put_latency_ms,
+            "serve_args": args.serve_arg,
             "seed": args.seed,
             "elapsed_s": round(elapsed),
         }

@@ -162,10 +162,7 @@ impl StoreLayer for View {
         prefix: Option<&Path>,
         offset: Option<&Path>,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let listing = match offset {
-            Some(offset) => inner.list_with_offset(prefix, offset),
-            None => inner.list(prefix),
-        };
+        let listing = strata_engine::store::inner_listing(inner, prefix, offset);
         let hidden = self.hidden.lock().clone();
         let written = self.written_ms.lock().clone();
         listing

@@ -20,9 +20,10 @@ use async_trait::async_trait;
 use clap::Parser;
 use common::fleet::{check_streams, create, progress, start_producers, Producers, Tally};
 use common::DEV_KEY;
+use futures::stream::{BoxStream, StreamExt};
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::ObjectStore;
+use object_store::{ObjectMeta, ObjectStore};
 use parking_lot::Mutex;
 use strata_engine::store::{Layered, StoreLayer, StoreOp};
 use strata_server::cli::serve::{ServeArgs, Server};
@@ -40,10 +41,15 @@ struct Cli {
     serve: ServeArgs,
 }
 
-/// Holds back PUTs under `fleet/` while closed; counts every request.
+/// Holds back PUTs under `fleet/` while closed; fails every request once
+/// the store is cut; shows a haunted heartbeat as renewed in every listing
+/// (a view that keeps a dead member live); counts every request.
 #[derive(Debug)]
 struct HeartbeatGate {
     open: tokio::sync::watch::Sender<bool>,
+    cut: AtomicBool,
+    haunted: Mutex<Option<Path>>,
+    hauntings: Arc<AtomicU64>,
     requests: AtomicU64,
     heartbeats: AtomicU64,
 }
@@ -52,6 +58,9 @@ impl Default for HeartbeatGate {
     fn default() -> Self {
         HeartbeatGate {
             open: tokio::sync::watch::Sender::new(true),
+            cut: AtomicBool::new(false),
+            haunted: Mutex::new(None),
+            hauntings: Arc::new(AtomicU64::new(0)),
             requests: AtomicU64::new(0),
             heartbeats: AtomicU64::new(0),
         }
@@ -61,15 +70,45 @@ impl Default for HeartbeatGate {
 #[async_trait]
 impl StoreLayer for HeartbeatGate {
     async fn before(&self, op: StoreOp, location: Option<&Path>) -> object_store::Result<()> {
-        let heartbeat =
-            op == StoreOp::Put && location.is_some_and(|l| l.as_ref().starts_with("fleet/"));
+        let in_fleet = location.is_some_and(|l| l.as_ref().starts_with("fleet"));
         self.requests.fetch_add(1, Ordering::SeqCst);
-        if heartbeat {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "test",
+                source: "the store is cut off".into(),
+            });
+        }
+        if op == StoreOp::Put && in_fleet {
             self.heartbeats.fetch_add(1, Ordering::SeqCst);
             let mut open = self.open.subscribe();
             let _ = open.wait_for(|open| *open).await;
         }
         Ok(())
+    }
+
+    fn list(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let listing = strata_engine::store::inner_listing(inner, prefix, offset);
+        let Some(haunted) = self.haunted.lock().clone() else {
+            return listing;
+        };
+        let hauntings = self.hauntings.clone();
+        listing
+            .map(move |meta| {
+                meta.map(|mut meta| {
+                    if meta.location == haunted {
+                        let n = hauntings.fetch_add(1, Ordering::SeqCst);
+                        meta.e_tag = Some(format!("haunted-{n}"));
+                        meta.last_modified = chrono::Utc::now();
+                    }
+                    meta
+                })
+            })
+            .boxed()
     }
 }
 
@@ -87,6 +126,15 @@ impl Member {
     }
 
     async fn start_with(shared: Arc<dyn ObjectStore>, extra: &[&str]) -> Member {
+        Member::start_advertising(shared, extra, None).await
+    }
+
+    /// A member that tells the others `advertised` (`None`: its own URL).
+    async fn start_advertising(
+        shared: Arc<dyn ObjectStore>,
+        extra: &[&str],
+        advertised: Option<&str>,
+    ) -> Member {
         let _ = common::client(); // installs the TLS crypto provider
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -96,7 +144,7 @@ impl Member {
             "127.0.0.1:0",
             "--fleet",
             "--advertise-url",
-            &base,
+            advertised.unwrap_or(&base),
             "--shards",
             SHARDS,
             "--heartbeat-ms",
@@ -143,6 +191,33 @@ impl Member {
 
     fn hold_heartbeats(&self, held: bool) {
         self.gate.layer().open.send_replace(!held);
+    }
+
+    /// From now on this member's listings show `other`'s heartbeat renewed.
+    fn haunt(&self, other: &Member) {
+        let path = strata_server::service::names::fleet_heartbeat(&other.instance());
+        *self.gate.layer().haunted.lock() = Some(path);
+    }
+
+    /// Every store request of this member fails from now on.
+    fn cut_off_the_store(&self) {
+        self.gate.layer().cut.store(true, Ordering::SeqCst);
+    }
+
+    fn instance(&self) -> strata_engine::InstanceId {
+        self.state
+            .fleet
+            .get()
+            .expect("a fleet member")
+            .fleet
+            .instance()
+    }
+
+    fn serves(&self, index: strata_server::service::routing::ShardIndex) -> bool {
+        matches!(
+            self.state.streams.router().locate_index(index),
+            strata_server::service::routing::Location::Local(_)
+        )
     }
 
     async fn stop(mut self) {
@@ -373,17 +448,15 @@ async fn a_stale_claim_of_a_served_shard_loses_nothing() {
         tallies,
         tasks,
     } = Producing::start().await;
-    // The shards of the producers' streams that B serves, claimed by a
-    // stranger one after another while the producers keep appending.
+    // The shards of the producers' streams, claimed by a stranger one
+    // after another while the producers keep appending (each is served by
+    // A or B: every shard is).
     let router = b.state.streams.router();
     let mut claimed = 0;
     for p in 0..PRODUCERS {
         let id = strata_engine::stream_id("default", &format!("fleet-{p}"));
         let index = router.index_of(&id);
-        if !matches!(
-            router.locate_index(index),
-            strata_server::service::routing::Location::Local(_)
-        ) {
+        if !(a.serves(index) || b.serves(index)) {
             continue;
         }
         let stranger = strata_engine::Shard::open(
@@ -399,7 +472,7 @@ async fn a_stale_claim_of_a_served_shard_loses_nothing() {
         eprintln!("views: a stranger claimed shard {}", index.0);
         progress(20, &tallies).await;
     }
-    assert!(claimed > 0, "B served none of the producers' shards");
+    assert!(claimed > 0, "no member served the producers' shards");
     stop.store(true, Ordering::SeqCst);
     finish(tasks, &tallies, &bases, a, b).await;
 }
@@ -536,4 +609,61 @@ async fn a_fenced_member_does_not_call_an_acknowledged_sequence_a_gap() {
     }
     a.stop().await;
     b.stop().await;
+}
+
+/// An owner that stops answering (its URL refuses connections, its store is
+/// cut off): a member whose own listings still show it live sends the
+/// owner's requests on to the member placement gives the shard without it,
+/// which claims the shard by its own listings. The append lands there,
+/// exactly once, without waiting for the lagging member's view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_view_lags_sends_a_dead_owners_requests_to_the_next_owner() {
+    init_tracing();
+    let shared: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let a = Member::start(shared.clone()).await;
+    let b = Member::start(shared.clone()).await;
+    // D advertises a URL nobody listens on: every forward to it is refused,
+    // as to a killed process. It weighs 4, so it owns most shards.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let d =
+        Member::start_advertising(shared.clone(), &["--fleet-weight", "4"], Some(&nowhere)).await;
+    until("every shard is served", || {
+        a.owned() + b.owned() + d.owned() == SHARD_COUNT && d.owned() > 0
+    })
+    .await;
+    // A stream on a shard of D's whose next owner is B; A forwards.
+    let fleet = a.state.fleet.get().expect("a fleet member").fleet.clone();
+    let router = a.state.streams.router();
+    let (stream, index) = (0..10_000)
+        .map(|i| format!("lag-{i}"))
+        .map(|name| {
+            let index = router.index_of(&strata_engine::stream_id("default", &name));
+            (name, index)
+        })
+        .find(|(_, index)| {
+            d.serves(*index)
+                && fleet
+                    .owner_without(*index, &[d.instance()])
+                    .is_some_and(|next| next.instance == b.instance())
+        })
+        .expect("a shard of D's that B would take");
+    create(&common::client(), std::slice::from_ref(&d.base), &stream).await;
+    assert_eq!(produce_once(&d.base, &stream, 0).await.0, 200);
+    // A's listings keep D live; then D dies.
+    a.haunt(&d);
+    d.cut_off_the_store();
+    until("B claims the shard", || b.serves(index)).await;
+    let (status, body) = produce_once(&a.base, &stream, 1).await;
+    assert_eq!(status, 200, "through the lagging member: {body}");
+    assert!(
+        a.gate.layer().hauntings.load(Ordering::SeqCst) > 0,
+        "A's listings showed D renewed"
+    );
+    let records = common::fleet::read_all(&common::client(), &b.base, &stream).await;
+    assert_eq!(records, ["v0", "v1"]);
+    a.stop().await;
+    b.stop().await;
+    d.stop().await;
 }

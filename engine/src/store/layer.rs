@@ -68,10 +68,21 @@ pub trait StoreLayer: Send + Sync + fmt::Debug + 'static {
         prefix: Option<&Path>,
         offset: Option<&Path>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        match offset {
-            Some(offset) => inner.list_with_offset(prefix, offset),
-            None => inner.list(prefix),
-        }
+        inner_listing(inner, prefix, offset)
+    }
+}
+
+/// The inner store's listing under `prefix` (after `offset`, when given):
+/// what [`StoreLayer::list`] does unless a layer changes it, for layers that
+/// change what it shows.
+pub fn inner_listing(
+    inner: &Arc<dyn ObjectStore>,
+    prefix: Option<&Path>,
+    offset: Option<&Path>,
+) -> BoxStream<'static, Result<ObjectMeta>> {
+    match offset {
+        Some(offset) => inner.list_with_offset(prefix, offset),
+        None => inner.list(prefix),
     }
 }
 

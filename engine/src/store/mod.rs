@@ -32,7 +32,7 @@ pub use counting::{RequestCounts, RequestTotals};
 #[cfg(feature = "fault-hooks")]
 pub use fsync_faults::FsyncFaults;
 pub use latency::Latency;
-pub use layer::{Layered, StoreLayer, StoreOp};
+pub use layer::{inner_listing, Layered, StoreLayer, StoreOp};
 pub use local::{local_store, LocalCas};
 pub use stall::Stall;
 pub use sync_point::{SyncPoint, SyncWrite};

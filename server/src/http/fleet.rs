@@ -192,6 +192,7 @@ pub async fn forward(
     // Members that did not answer this request (dead, or stopped), and how
     // often a lagging member was asked again.
     let mut refused: Vec<String> = Vec::new();
+    let mut refused_members: Vec<InstanceId> = Vec::new();
     let mut lagging_asks = 0;
     let answer = loop {
         attempts += 1;
@@ -279,6 +280,7 @@ pub async fn forward(
                 let answers_not = matches!(sent, Sent::NotDelivered) || attempts > 1;
                 if answers_not && !refused.contains(&owner.url) {
                     refused.push(owner.url.clone());
+                    refused_members.push(owner.instance);
                 }
                 if attempts == 1 {
                     continue;
@@ -287,6 +289,29 @@ pub async fn forward(
                     .config
                     .append_timeout
                     .saturating_sub(started.elapsed());
+                // Our own view moves the shard within about a beat of the
+                // next owner's, which claims only then: waiting for it costs
+                // nothing. A view that lags longer (our listings fail or
+                // stall) must not hold the request: after a beat it goes to
+                // the member placement gives the shard without those that did
+                // not answer, which claims by its own listings (until then it
+                // names the old owner, and is asked again shortly, above).
+                // If that member is this one, our own claim is waited for.
+                let beat = fleet.fleet.heartbeat_interval().min(left);
+                if let Some(next) = moved_owner(&state, fleet, index, owner.instance, beat).await {
+                    owner = next;
+                    continue;
+                }
+                let next = fleet
+                    .fleet
+                    .owner_without(index, &refused_members)
+                    .filter(|next| next.instance != fleet.fleet.instance())
+                    .filter(|next| !refused.contains(&next.url));
+                if let Some(next) = next {
+                    owner = next;
+                    continue;
+                }
+                let left = left.saturating_sub(beat);
                 match moved_owner(&state, fleet, index, owner.instance, left).await {
                     Some(next) => owner = next,
                     None => return Err(unreachable_owner(&owner)),
@@ -406,8 +431,8 @@ async fn moved_owner(
             url: fleet.fleet.url().to_string(),
             handed_off_here: false,
         }),
-        Location::Elsewhere(next) => Some(next),
-        Location::Moving | Location::Lapsed => None,
+        Location::Elsewhere(next) if next.instance != from => Some(next),
+        Location::Elsewhere(_) | Location::Moving | Location::Lapsed => None,
     }
 }
 

@@ -17,6 +17,14 @@
 //! dead had written no heartbeat for a lease before that start: its own
 //! lease, renewed from a write's start minus a margin, lapsed before it.
 //!
+//! A listing shows a change up to a beat after it landed (a listing taken
+//! just before a member's beat shows that beat only at the next one), so a
+//! change is dated earlier when the store's stamp allows: by [`StoreClock`],
+//! the latest time of ours at which the store stamped that version, which is
+//! after its writer's PUT started. Its samples are the stamps every listing
+//! shows (stamped before the listing ended) and this member's own heartbeat
+//! (stamped before its PUT returned, matched by e-tag).
+//!
 //! A heartbeat is read (GET) when it first appears, again when its member
 //! asks (a hint: it drains, or handed shards off), and at most once per
 //! refresh interval otherwise (by default never: what placement reads of a
@@ -29,6 +37,7 @@ use strata_engine::InstanceId;
 
 use super::heartbeat::{Heartbeat, MemberState};
 use super::placement::Candidate;
+use super::store_clock::StoreClock;
 
 /// Most members a view keeps (a listing with more is cut to the first ones).
 pub const MEMBERS_MAX: usize = 1024;
@@ -91,6 +100,11 @@ fn alive(known: &Known, now_ms: u64, lease_ms: u64) -> bool {
     }
 }
 
+/// An e-tag without the quotes some stores put around it.
+fn unquoted(e_tag: &str) -> &str {
+    e_tag.trim_matches('"')
+}
+
 /// When one listing of `fleet/` was taken, by the observer's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Listed {
@@ -110,6 +124,14 @@ impl Listed {
     }
 }
 
+/// This member's last heartbeat PUT that succeeded: the version it wrote
+/// and when the PUT returned (the store stamped it before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnWrite {
+    pub e_tag: String,
+    pub ended_ms: u64,
+}
+
 /// The live set as one member sees it; see the module header.
 pub struct Membership {
     lease_ms: u64,
@@ -117,6 +139,8 @@ pub struct Membership {
     known: HashMap<InstanceId, Known>,
     /// The last listing folded in (`None`: never).
     listed: Option<Listed>,
+    store_clock: StoreClock,
+    own_write: Option<OwnWrite>,
 }
 
 impl Membership {
@@ -126,7 +150,36 @@ impl Membership {
             refresh_ms,
             known: HashMap::new(),
             listed: None,
+            store_clock: StoreClock::default(),
+            own_write: None,
         }
+    }
+
+    /// This member's heartbeat PUT returned (`Some`: it succeeded, with the
+    /// e-tag it wrote; `None`: it failed or timed out, and may still land
+    /// later, so no listing is paired with the PUT before it).
+    pub fn wrote_own(&mut self, write: Option<OwnWrite>) {
+        self.own_write = write;
+    }
+
+    /// A listing showed this member's own heartbeat: if it is the version
+    /// the last PUT wrote, its stamp was made before that PUT returned.
+    pub fn saw_own(&mut self, sighting: &Sighting) {
+        let Some(write) = &self.own_write else {
+            return;
+        };
+        if sighting.e_tag.as_deref().map(unquoted) == Some(unquoted(&write.e_tag)) {
+            self.store_clock
+                .sample(write.ended_ms, sighting.modified_ms);
+        }
+    }
+
+    /// When, at the latest, a change a listing that ended at `listed_ms`
+    /// showed with `sighting`'s stamp was written.
+    fn renewal_ms(&self, sighting: &Sighting, listed_ms: u64) -> u64 {
+        self.store_clock
+            .stamped_by_ms(sighting.modified_ms)
+            .map_or(listed_ms, |stamped_ms| stamped_ms.min(listed_ms))
     }
 
     /// The time liveness is judged at when asked at `now_ms`: no later than
@@ -180,13 +233,24 @@ impl Membership {
         let lease_ms = self.lease_ms;
         self.known
             .retain(|id, k| listed.contains_key(id) || alive(k, judged_ms, lease_ms));
+        for sighting in listed.values() {
+            self.store_clock.sample(now_ms, sighting.modified_ms);
+        }
         for (id, sighting) in listed {
+            let renewal_ms = self.renewal_ms(sighting, now_ms);
             match self.known.get_mut(&id) {
                 Some(known) => {
                     known.absent_since_ms = None;
                     if known.sighting != *sighting {
                         known.sighting = sighting.clone();
-                        known.renewed_ms = now_ms;
+                        known.renewed_ms = known.renewed_ms.max(renewal_ms);
+                        tracing::debug!(
+                            instance = %id,
+                            listed_ms = now_ms,
+                            renewed_ms = known.renewed_ms,
+                            modified_ms = sighting.modified_ms,
+                            "fleet: renewal seen"
+                        );
                     }
                 }
                 None => {
@@ -371,6 +435,76 @@ mod tests {
             m.live(20_000).is_empty(),
             "one lease after the last change seen"
         );
+    }
+
+    /// A listing that runs just before a member's beat shows each of its
+    /// writes a beat late; the store's stamp dates the change earlier — never
+    /// before the write started — and the verdict comes that much sooner.
+    #[test]
+    fn a_change_is_dated_by_its_stamp_when_the_store_clock_is_known() {
+        let mut m = Membership::new(6_000, u64::MAX);
+        let me = InstanceId([9; 16]);
+        let a = InstanceId([1; 16]);
+        // The store lists whole seconds and runs with our clock. Our own
+        // PUT returned at 1_060; the store stamped it at 1_040 (listed 1_000).
+        m.wrote_own(Some(OwnWrite {
+            e_tag: "\"own1\"".into(),
+            ended_ms: 1_060,
+        }));
+        m.saw_own(&Sighting {
+            instance: me,
+            modified_ms: 1_000,
+            e_tag: Some("own1".into()),
+            size: 100,
+        });
+        m.observe(Listed::at(1_900), &[sighting(1, 0, "a0")]);
+        m.read(a, Some(heartbeat(1)), 1_900);
+        // a's PUT started at 2_000 and was stamped at 2_050 (listed 2_000);
+        // our next listing, at 3_900, shows it.
+        m.observe(Listed::at(3_900), &[sighting(1, 2_000, "a1")]);
+        let dated_ms = 2_000 + 60 + 1_000 + super::super::store_clock::SLACK_MS;
+        assert!(dated_ms >= 2_000, "never before the write started");
+        assert_eq!(m.next_verdict_ms(), Some(dated_ms + 6_000));
+        // a died after that write: judged dead by a listing from the dated
+        // time plus a lease, not from 3_900 plus a lease.
+        for at in [5_900, 7_900] {
+            m.observe(Listed::at(at), &[sighting(1, 2_000, "a1")]);
+        }
+        m.observe(Listed::at(dated_ms + 5_999), &[sighting(1, 2_000, "a1")]);
+        assert!(m.renewing(&a, dated_ms + 5_999));
+        m.observe(Listed::at(dated_ms + 6_000), &[sighting(1, 2_000, "a1")]);
+        assert!(!m.renewing(&a, dated_ms + 6_000));
+        assert!(dated_ms + 6_000 < 3_900 + 6_000);
+    }
+
+    /// Our own heartbeat counts as a sample only in the version our last
+    /// PUT wrote: a PUT that timed out may land later, after the one that
+    /// succeeded returned, and pairing its stamp with that return would
+    /// date the store's clock too early.
+    #[test]
+    fn only_the_version_our_last_put_wrote_samples_the_store_clock() {
+        let mut m = Membership::new(6_000, u64::MAX);
+        let me = InstanceId([9; 16]);
+        let own = |tag: &str, modified_ms| Sighting {
+            instance: me,
+            modified_ms,
+            e_tag: Some(tag.into()),
+            size: 100,
+        };
+        m.wrote_own(Some(OwnWrite {
+            e_tag: "new".into(),
+            ended_ms: 1_000,
+        }));
+        m.saw_own(&own("late", 9_000)); // another version: ignored
+        m.wrote_own(None);
+        m.saw_own(&own("new", 1_000)); // after a failed PUT: ignored
+        assert_eq!(m.store_clock.stamped_by_ms(5_000), None);
+        m.wrote_own(Some(OwnWrite {
+            e_tag: "new".into(),
+            ended_ms: 1_000,
+        }));
+        m.saw_own(&own("new", 1_000));
+        assert!(m.store_clock.stamped_by_ms(5_000).is_some());
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod io;
 pub mod membership;
 pub mod placement;
 pub mod status;
+mod store_clock;
 
 pub use controller::{Fleet, FleetConfig, Peers, ShardOpener, ShardOwner};
 pub use heartbeat::{Heartbeat, MemberState};

@@ -1,7 +1,8 @@
 //! The fleet controller: one task per fleet member that beats, watches the
 //! live set, and claims and releases shards as placement says.
 //!
-//! Every beat (`heartbeat_ms`):
+//! Every beat (`heartbeat_ms` apart, give or take a tenth at random; sooner
+//! or a little later when a member can be judged dead then: see `run`):
 //!
 //! 1. LIST `fleet/` and read the heartbeats `membership` asks for.
 //! 2. If this member's lease lapsed (its heartbeat writes fail), every owned
@@ -14,12 +15,14 @@
 //!    it may still answer from the shard); release what is not ours (flush,
 //!    stop, then tell the new owner); point the rest at their owners.
 //!    A beat with shards to claim PUTs its heartbeat once before the claims
-//!    too (releases done, claims not begun), so slow claims never outlast
-//!    the lease; if that PUT fails it claims nothing. Then it reads the
+//!    too (releases done, claims not begun), so the claims start on a fresh
+//!    lease; if that PUT fails it claims nothing. Then it reads the
 //!    holders, and only then LISTs `fleet/` again: a holder is judged by a
 //!    listing that started after its claim was read, so a member that
 //!    looked dead at the beat's first listing but came back and claimed
 //!    since is seen live (its claim followed a heartbeat that landed).
+//!    While the claims run, the heartbeat is written every beat (claims on
+//!    a slow store can outlast what the lease leaves).
 //! 4. PUT this member's heartbeat, whose `owned` set is what it serves now. A
 //!    PUT that succeeded renews the member's own lease to *its start* +
 //!    `lease_ms` − [`LEASE_MARGIN_MS`]: no other member can judge this one
@@ -51,7 +54,7 @@ mod moves;
 use super::claim::Claims;
 use super::heartbeat::{owned_bitmap, Heartbeat, Load, MemberState, HEARTBEAT_FORMAT};
 pub use super::io::{list_heartbeats, read_heartbeat};
-use super::membership::{Listed, Member, Membership, Sighting};
+use super::membership::{Listed, Member, Membership, OwnWrite, Sighting};
 use super::placement::{owner_of, Candidate};
 use crate::service::names;
 use crate::service::routing::{Owner, Renewal, ShardIndex, ShardRouter, Slot};
@@ -78,6 +81,9 @@ const CLAIMS_PER_BEAT_MAX: usize = 8;
 /// Two beats start at least `heartbeat_ms` / this apart (a beat taken
 /// early for a verdict, after a listing that failed, cannot spin).
 const BEATS_APART_MIN_DIVISOR: u32 = 4;
+/// Regular beats are `heartbeat_ms` apart, give or take a
+/// `1 / BEAT_JITTER_DIVISOR`th of it.
+const BEAT_JITTER_DIVISOR: u64 = 10;
 /// Most holders (manifests) a beat reads before its claims, and how many at
 /// once.
 const HOLDER_READS_PER_BEAT_MAX: usize = 2 * CLAIMS_PER_BEAT_MAX;
@@ -232,38 +238,67 @@ impl Fleet {
     /// beat earlier, at no cost in a steady fleet. Every beat starts the
     /// interval to the next one again.
     pub async fn run(self: Arc<Self>) {
-        let interval = Duration::from_millis(self.config.heartbeat_ms);
         let mut next_beat = tokio::time::Instant::now();
         let mut earliest = next_beat;
         loop {
-            let wake = self
-                .verdict_before(earliest, next_beat)
-                .unwrap_or(next_beat);
+            let wake = self.wake_for_verdict(earliest, next_beat);
             tokio::time::sleep_until(wake).await;
             if self.view.lock().stopped {
                 return;
             }
             let started = tokio::time::Instant::now();
-            next_beat = started + interval;
-            earliest = started + interval / BEATS_APART_MIN_DIVISOR;
+            next_beat = started + self.beat_interval();
+            earliest = started + self.beats_apart_min();
             self.beat().await;
         }
     }
 
-    /// When, before `next_beat` and not before `earliest`, a listing could
-    /// first judge a member live at the last one dead (just after its
-    /// verdict time), if it can.
-    fn verdict_before(
+    /// The time to the next regular beat: `heartbeat_ms`, give or take a
+    /// tenth at random, so that members' beats do not stay in step (a
+    /// listing that always runs just before another member's heartbeat
+    /// write sees each write a beat late) and this member's own writes
+    /// land at every fraction of a second ([`StoreClock`] learns the
+    /// store's clock from the writes that land just after a whole second).
+    ///
+    /// [`StoreClock`]: super::store_clock::StoreClock
+    fn beat_interval(&self) -> Duration {
+        let interval_ms = self.config.heartbeat_ms;
+        let spread_ms = interval_ms / BEAT_JITTER_DIVISOR;
+        let mut draw = [0u8; 8];
+        draw.copy_from_slice(&self.streams.random_bytes16()[..8]);
+        let offset_ms = u64::from_le_bytes(draw) % (2 * spread_ms + 1);
+        Duration::from_millis(interval_ms - spread_ms + offset_ms)
+    }
+
+    fn beats_apart_min(&self) -> Duration {
+        Duration::from_millis(self.config.heartbeat_ms / u64::from(BEATS_APART_MIN_DIVISOR))
+    }
+
+    /// When to beat next: at `next_beat`, or just after a member live at
+    /// the last listing could first be judged dead (its verdict time) — no
+    /// earlier than `earliest`, and, when that time falls a little after
+    /// `next_beat`, the regular beat waits for it (by less than
+    /// [`BEATS_APART_MIN_DIVISOR`]ths of a beat, well inside the lease
+    /// margin) instead of running just before it and pushing the verdict
+    /// beat back to `earliest` after it.
+    fn wake_for_verdict(
         &self,
         earliest: tokio::time::Instant,
         next_beat: tokio::time::Instant,
-    ) -> Option<tokio::time::Instant> {
-        let verdict_ms = self.view.lock().membership.next_verdict_ms()?;
+    ) -> tokio::time::Instant {
+        let Some(verdict_ms) = self.view.lock().membership.next_verdict_ms() else {
+            return next_beat;
+        };
         let now_ms = self.clock.now_ms();
-        let wake = tokio::time::Instant::now()
+        let verdict = tokio::time::Instant::now()
             + Duration::from_millis(verdict_ms.saturating_sub(now_ms) + 1);
-        let wake = wake.max(earliest);
-        (wake < next_beat).then_some(wake)
+        if verdict < next_beat {
+            verdict.max(earliest).min(next_beat)
+        } else if verdict < next_beat + self.beats_apart_min() {
+            verdict
+        } else {
+            next_beat
+        }
     }
 
     /// A hint from member `from` that it released `shards`: read its
@@ -316,6 +351,12 @@ impl Fleet {
         // reads it).
         let started_ms = self.clock.now_ms();
         let wrote = self.write_heartbeat().await;
+        tracing::debug!(
+            started_ms,
+            ended_ms = self.clock.now_ms(),
+            wrote,
+            "fleet: heartbeat written"
+        );
         if wrote {
             self.renew_lease(started_ms).await;
         }
@@ -401,20 +442,27 @@ impl Fleet {
         let payload = PutPayload::from_bytes(self.heartbeat().encode());
         let path = names::fleet_heartbeat(&self.me);
         let bound = Duration::from_millis(self.config.lease_ms / 2);
-        match tokio::time::timeout(bound, self.store.put(&path, payload)).await {
-            Ok(Ok(_)) => true,
+        let written = match tokio::time::timeout(bound, self.store.put(&path, payload)).await {
+            Ok(Ok(result)) => Some(result.e_tag),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "fleet: heartbeat write failed");
-                false
+                None
             }
             Err(_) => {
                 tracing::warn!(
                     bound_ms = bound.as_millis() as u64,
                     "fleet: heartbeat write timed out"
                 );
-                false
+                None
             }
-        }
+        };
+        let ended_ms = self.clock.now_ms();
+        let own = written
+            .clone()
+            .flatten()
+            .map(|e_tag| OwnWrite { e_tag, ended_ms });
+        self.view.lock().membership.wrote_own(own);
+        written.is_some()
     }
 
     /// Lists `fleet/` and reads the heartbeats due; false when the listing
@@ -433,17 +481,25 @@ impl Fleet {
                 return false;
             }
         };
-        let others: Vec<Sighting> = listing
-            .into_iter()
-            .filter(|s| s.instance != self.me)
-            .collect();
-        let due = self.view.lock().membership.observe(
-            Listed {
-                started_ms,
-                ended_ms: self.clock.now_ms(),
-            },
-            &others,
+        let (own, others): (Vec<Sighting>, Vec<Sighting>) =
+            listing.into_iter().partition(|s| s.instance == self.me);
+        let at = Listed {
+            started_ms,
+            ended_ms: self.clock.now_ms(),
+        };
+        tracing::debug!(
+            started_ms = at.started_ms,
+            ended_ms = at.ended_ms,
+            members = others.len(),
+            "fleet: listed the members"
         );
+        let due = {
+            let mut view = self.view.lock();
+            if let Some(own) = own.first() {
+                view.membership.saw_own(own);
+            }
+            view.membership.observe(at, &others)
+        };
         self.delete_long_dead().await;
         for instance in due.into_iter().take(READS_PER_BEAT_MAX) {
             let heartbeat = match tokio::time::timeout(
@@ -568,7 +624,8 @@ impl Fleet {
         let to_claim = self.claims_after_keep_alive(wanted).await;
         // Claims run side by side: a survivor that inherits several shards
         // does not make the last one wait for all the others.
-        futures::future::join_all(to_claim.into_iter().map(|index| self.claim(index))).await;
+        let claims = futures::future::join_all(to_claim.into_iter().map(|index| self.claim(index)));
+        self.keeping_alive(claims).await;
         hints
     }
 
@@ -638,6 +695,32 @@ impl Fleet {
     /// The live set as the last placement saw it.
     pub fn members(&self) -> Vec<Member> {
         self.view.lock().last_live.clone()
+    }
+
+    /// The time between two regular beats (before their jitter).
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.config.heartbeat_ms)
+    }
+
+    /// The member the last placement's view would give shard `index` to if
+    /// the members `gone` had left it (`None`: nobody else). When an owner
+    /// does not answer, a request goes there: that member claims the shard
+    /// as soon as its own listings find the owner dead, which may be before
+    /// this member's do.
+    pub fn owner_without(&self, index: ShardIndex, gone: &[InstanceId]) -> Option<Owner> {
+        let members = self.members();
+        let candidates: Vec<Candidate> = members
+            .iter()
+            .filter(|m| !gone.contains(&m.instance))
+            .map(Member::candidate)
+            .collect();
+        let owner = owner_of(index.0, &candidates)?;
+        let member = members.iter().find(|m| m.instance == owner)?;
+        Some(Owner {
+            instance: owner,
+            url: member.url.clone(),
+            handed_off_here: false,
+        })
     }
 
     /// Each shard's owner by the last placement.

@@ -3,6 +3,9 @@
 //! header), a claim itself (`Shard::open`), a hand-off and letting every
 //! shard go.
 
+use std::future::Future;
+use std::time::Duration;
+
 use futures::StreamExt;
 use strata_engine::admin::ShardHolder;
 
@@ -56,6 +59,38 @@ impl Fleet {
             }
         }
         to_claim
+    }
+
+    /// Runs `work` (a beat's claims) and, every `heartbeat_ms` while it
+    /// lasts, writes the heartbeat to renew the lease: claims on a slow
+    /// store can take longer than the lease leaves after the beat's first
+    /// write, and a lease that lapsed meanwhile lets go of every shard
+    /// served here. A write still in flight when `work` ends is waited for
+    /// (never dropped: it could land after the beat's last heartbeat and
+    /// leave an older `owned` set in the store).
+    pub(super) async fn keeping_alive<F: Future>(&self, work: F) -> F::Output {
+        let interval = Duration::from_millis(self.config.heartbeat_ms);
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                () = tokio::time::sleep(interval) => {}
+            }
+            let keep_alive = async {
+                let started_ms = self.clock.now_ms();
+                if self.write_heartbeat().await {
+                    self.renew_lease(started_ms).await;
+                }
+            };
+            let mut keep_alive = std::pin::pin!(keep_alive);
+            tokio::select! {
+                out = &mut work => {
+                    keep_alive.await;
+                    return out;
+                }
+                () = &mut keep_alive => {}
+            }
+        }
     }
 
     /// Whether shard `index` (placed here) is a candidate for a claim: not
