@@ -38,13 +38,7 @@ async fn send_settled(
 ) -> (u16, Value) {
     let deadline = Instant::now() + MOVE_MAX;
     loop {
-        let mut request = client
-            .request(method.clone(), url)
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
+        let request = common::json_request(client, method.clone(), url, token, body);
         match request.send().await {
             Ok(r) if r.status() != 503 => {
                 let status = r.status().as_u16();

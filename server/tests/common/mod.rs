@@ -13,6 +13,24 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// A request with a JSON body, and a bearer token when given.
+pub fn json_request(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    token: Option<&str>,
+    body: &serde_json::Value,
+) -> reqwest::RequestBuilder {
+    let request = client
+        .request(method, url)
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
