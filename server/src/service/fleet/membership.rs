@@ -233,8 +233,13 @@ impl Membership {
         let lease_ms = self.lease_ms;
         self.known
             .retain(|id, k| listed.contains_key(id) || alive(k, judged_ms, lease_ms));
-        for sighting in listed.values() {
-            self.store_clock.sample(now_ms, sighting.modified_ms);
+        // Only a new or changed sighting says anything about the store's
+        // clock: an unchanged one only grows older, and would push useful
+        // samples out of the bounded set.
+        for (id, sighting) in &listed {
+            if self.known.get(id).is_none_or(|k| k.sighting != **sighting) {
+                self.store_clock.sample(now_ms, sighting.modified_ms);
+            }
         }
         for (id, sighting) in listed {
             let renewal_ms = self.renewal_ms(sighting, now_ms);
@@ -475,6 +480,32 @@ mod tests {
         m.observe(Listed::at(dated_ms + 6_000), &[sighting(1, 2_000, "a1")]);
         assert!(!m.renewing(&a, dated_ms + 6_000));
         assert!(dated_ms + 6_000 < 3_900 + 6_000);
+    }
+
+    /// A sighting listed again unchanged says nothing new about the store's
+    /// clock (it only grows older): it must not push the tight samples out of
+    /// the bounded set, or renewals would be dated later and verdicts slip.
+    #[test]
+    fn an_unchanged_sighting_does_not_crowd_out_the_store_clock_samples() {
+        use super::super::store_clock::{SAMPLES_MAX, SLACK_MS};
+        let mut m = Membership::new(6_000, u64::MAX);
+        let me = InstanceId([9; 16]);
+        m.wrote_own(Some(OwnWrite {
+            e_tag: "\"own1\"".into(),
+            ended_ms: 1_060,
+        }));
+        m.saw_own(&Sighting {
+            instance: me,
+            modified_ms: 1_000,
+            e_tag: Some("own1".into()),
+            size: 100,
+        });
+        let tight_ms = 5_000 + 60 + 1_000 + SLACK_MS;
+        assert_eq!(m.store_clock.stamped_by_ms(5_000), Some(tight_ms));
+        for n in 0..(SAMPLES_MAX as u64 + 8) {
+            m.observe(Listed::at(1_900 + n * 1_000), &[sighting(1, 1_000, "a0")]);
+        }
+        assert_eq!(m.store_clock.stamped_by_ms(5_000), Some(tight_ms));
     }
 
     /// Our own heartbeat counts as a sample only in the version our last

@@ -457,12 +457,10 @@ impl Fleet {
             }
         };
         let ended_ms = self.clock.now_ms();
-        let own = written
-            .clone()
-            .flatten()
-            .map(|e_tag| OwnWrite { e_tag, ended_ms });
+        let wrote = written.is_some();
+        let own = written.flatten().map(|e_tag| OwnWrite { e_tag, ended_ms });
         self.view.lock().membership.wrote_own(own);
-        written.is_some()
+        wrote
     }
 
     /// Lists `fleet/` and reads the heartbeats due; false when the listing

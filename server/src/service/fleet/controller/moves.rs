@@ -4,7 +4,6 @@
 //! shard go.
 
 use std::future::Future;
-use std::time::Duration;
 
 use futures::StreamExt;
 use strata_engine::admin::ShardHolder;
@@ -69,7 +68,7 @@ impl Fleet {
     /// (never dropped: it could land after the beat's last heartbeat and
     /// leave an older `owned` set in the store).
     pub(super) async fn keeping_alive<F: Future>(&self, work: F) -> F::Output {
-        let interval = Duration::from_millis(self.config.heartbeat_ms);
+        let interval = self.heartbeat_interval();
         let mut work = std::pin::pin!(work);
         loop {
             tokio::select! {
