@@ -27,13 +27,14 @@ const BODY_BYTES_MAX: usize = 64 << 10;
 const UNPROVOKED: [&str; 4] = ["rate_limited", "internal", "unavailable", "bad_request"];
 
 /// The (path, method) pairs this test knows how to exercise.
-const KNOWN: [(&str, &str); 11] = [
+const KNOWN: [(&str, &str); 12] = [
     ("/healthz", "get"),
     ("/v1/streams", "get"),
     ("/v1/streams/{name}", "put"),
     ("/v1/streams/{name}", "get"),
     ("/v1/streams/{name}", "delete"),
     ("/v1/streams/{name}:seal", "post"),
+    ("/v1/streams/{name}:scan", "get"),
     ("/v1/streams/{name}/records", "post"),
     ("/v1/streams/{name}/records", "get"),
     ("/v1/streams/{name}/records:batch", "post"),
@@ -42,6 +43,7 @@ const KNOWN: [(&str, &str); 11] = [
 ];
 
 const SEAL: &str = "/v1/streams/{name}:seal";
+const SCAN: &str = "/v1/streams/{name}:scan";
 const COLLECTION: &str = "/v1/streams/{name}";
 const RECORDS: &str = "/v1/streams/{name}/records";
 const BATCH: &str = "/v1/streams/{name}/records:batch";
@@ -411,6 +413,25 @@ impl Checker {
     }
 }
 
+/// A scan cursor of collection `name` (one with watches: its metadata shows
+/// the epoch) whose time is up.
+async fn expired_scan_cursor(c: &Checker, name: &str) -> String {
+    use strata_server::service::product::scan_cursor::{ScanCursor, ScanScope};
+    let meta = Answer::from(c.bare(Method::GET, COLLECTION, name).send().await.unwrap()).await;
+    let epoch = common::product::epoch_of(&meta.json());
+    let key = strata_segments::StreamKey::parse(DEV_KEY).unwrap();
+    let scope = ScanScope {
+        project: "alpha",
+        epoch,
+        key: &key,
+    };
+    scope.encode(&ScanCursor {
+        end: 1,
+        position: 0,
+        expires_ms: 1,
+    })
+}
+
 #[tokio::test]
 async fn every_documented_operation_answers_as_documented() {
     let spec = Spec::load();
@@ -493,7 +514,7 @@ async fn every_documented_operation_answers_as_documented() {
     .await;
     c.expect(
         COLLECTION,
-        c.req(Method::PUT, COLLECTION, "a:scan").body(JSON_DOC),
+        c.req(Method::PUT, COLLECTION, "a:pull").body(JSON_DOC),
         404,
         "unknown_route",
     )
@@ -793,6 +814,53 @@ async fn every_documented_operation_answers_as_documented() {
             .await;
         }
     }
+    // ------------------------------------------------------------------ scans
+    c.generic_400(SCAN, Method::GET, "j").await;
+    c.unauthorized(SCAN, Method::GET, "j").await;
+    c.key_400(SCAN, Method::GET, "j", "").await;
+    let scan_url = c.url(SCAN, "j");
+    let scan_get = |c: &Checker, query: &str| {
+        c.http
+            .get(format!("{scan_url}?{query}"))
+            .bearer_auth(TOKEN)
+            .header("prisma-encryption-key", DEV_KEY)
+    };
+    let page = c.expect(SCAN, scan_get(&c, "maxBytes=4096"), 200, "").await;
+    assert_eq!(page.json()[0]["value"], 1);
+    let bytes_page = c.expect(SCAN, c.req(Method::GET, SCAN, "b"), 200, "").await;
+    assert_eq!(bytes_page.json()[0]["valueB64"], "AP8=");
+    c.expect(SCAN, scan_get(&c, "offset=1"), 400, "unknown_field")
+        .await;
+    c.expect(
+        SCAN,
+        scan_get(&c, "maxBytes=lots"),
+        400,
+        "invalid_parameter",
+    )
+    .await;
+    c.expect(
+        SCAN,
+        scan_get(&c, "cursor=beginning"),
+        400,
+        "invalid_cursor",
+    )
+    .await;
+    let wrong = c
+        .bare(Method::GET, SCAN, "j")
+        .header("prisma-encryption-key", OTHER_KEY);
+    c.expect(SCAN, wrong, 403, "wrong_key").await;
+    c.expect(SCAN, c.req(Method::GET, SCAN, "missing"), 404, "not_found")
+        .await;
+    c.expect(SCAN, c.req(Method::GET, SCAN, "src"), 410, "gone")
+        .await;
+    let expired = expired_scan_cursor(&c, "j").await;
+    c.expect(
+        SCAN,
+        scan_get(&c, &format!("cursor={expired}")),
+        410,
+        "scan_expired",
+    )
+    .await;
     let binary = c
         .expect(RECORDS, c.req(Method::GET, RECORDS, "b"), 200, "")
         .await;

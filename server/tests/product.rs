@@ -691,7 +691,10 @@ async fn bad_input_gets_the_documented_4xx() {
     Api::send(req(Method::GET, "x/records:batch"))
         .await
         .expect_error(405, "method_not_allowed");
-    Api::send(req(Method::GET, "x:scan"))
+    Api::send(req(Method::POST, "x:scan"))
+        .await
+        .expect_error(405, "method_not_allowed");
+    Api::send(req(Method::GET, "x:pull"))
         .await
         .expect_error(404, "unknown_route");
     Api::send(req(Method::GET, "x/consumers/c"))

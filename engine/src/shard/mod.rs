@@ -64,7 +64,7 @@ pub use api::{AppendAck, AppendKind, AppendRequest, CreateAck, ShardStatus, Stre
 pub use cache::ChunkCache;
 pub use config::ShardConfig;
 pub use handle::{AppendTicket, Shard};
-pub use read::{ReadBatch, ReadLimits, WaitOutcome};
+pub use read::{KeySpan, ReadBatch, ReadLimits, WaitOutcome};
 pub use recovery::{inspect_log, inspect_log_at, inspect_log_from, LogView, RecoveryReport};
 pub use state::{
     ApplyError, DurableStream, ProducerClaim, ProducerState, StreamStatus, StreamTable, Tail,

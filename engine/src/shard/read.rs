@@ -33,10 +33,20 @@ impl Default for ReadLimits {
     }
 }
 
+/// A run of consecutive records of one routing key in a [`ReadBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpan {
+    pub routing_key: Bytes,
+    pub records: usize,
+}
+
 /// Records from one read and where the stream stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadBatch {
     pub records: Vec<Record>,
+    /// The routing keys of `records`, in order: one span per page taken, so
+    /// the spans' counts add up to `records.len()`.
+    pub spans: Vec<KeySpan>,
     /// Where the next read continues.
     pub next_offset: u64,
     /// The stream's durable tail when the read started.
@@ -47,6 +57,18 @@ pub struct ReadBatch {
 impl ReadBatch {
     pub fn up_to_date(&self) -> bool {
         self.next_offset >= self.tail
+    }
+
+    /// Each record with its routing key.
+    pub fn keyed(&self) -> impl Iterator<Item = (&Bytes, &Record)> {
+        debug_assert_eq!(
+            self.spans.iter().map(|s| s.records).sum::<usize>(),
+            self.records.len()
+        );
+        self.spans
+            .iter()
+            .flat_map(|span| std::iter::repeat_n(&span.routing_key, span.records))
+            .zip(&self.records)
     }
 }
 
@@ -97,6 +119,7 @@ async fn fetch_chunk(
 /// Accumulates a read's records up to its limits.
 struct Collector {
     out: Vec<Record>,
+    spans: Vec<KeySpan>,
     next_offset: u64,
     bytes: usize,
     from: u64,
@@ -131,6 +154,7 @@ impl Collector {
             },
             other => EngineError::Page(other),
         })?;
+        let before = self.out.len();
         for record in opened.records {
             if record.offset < self.from {
                 continue;
@@ -140,11 +164,17 @@ impl Collector {
                     || self.out.len() >= self.limits.max_records)
             {
                 self.full = true;
-                return Ok(());
+                break;
             }
             self.bytes += record.payload.len();
             self.next_offset = record.offset + 1;
             self.out.push(record);
+        }
+        if self.out.len() > before {
+            self.spans.push(KeySpan {
+                routing_key: header.routing_key,
+                records: self.out.len() - before,
+            });
         }
         Ok(())
     }
@@ -310,6 +340,7 @@ impl Shard {
         }
         let mut reader = Collector {
             out: Vec::new(),
+            spans: Vec::new(),
             next_offset: from.min(tail),
             bytes: 0,
             from,
@@ -348,6 +379,7 @@ impl Shard {
         }
         Ok(ReadBatch {
             records: reader.out,
+            spans: reader.spans,
             next_offset: reader.next_offset,
             tail,
             closed,

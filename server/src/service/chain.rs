@@ -100,7 +100,9 @@ impl Streams {
                     max_records: 0,
                     max_bytes: 1,
                 };
-                let batch = self.read_level(project, level, 0, limits, key, b"").await?;
+                let batch = self
+                    .read_level(project, level, 0, limits, key, Some(b""))
+                    .await?;
                 return Ok((level.base + batch.tail, batch.closed));
             }
         };
@@ -115,30 +117,28 @@ impl Streams {
         ))
     }
 
-    /// One read of `level` from its own offset `from`, here or at its owner.
-    async fn read_level(
+    /// One read of `level` from its own offset `from`, here or at its owner:
+    /// of `routing_key`'s records, or of every key's (`None`, here only).
+    pub(super) async fn read_level(
         &self,
         project: &str,
         level: &Level,
         from: u64,
         limits: ReadLimits,
         key: &StreamKey,
-        routing_key: &[u8],
+        routing_key: Option<&[u8]>,
     ) -> Result<strata_engine::ReadBatch, ServiceError> {
         match &level.place {
             Place::Local(shard) => {
                 let read = shard
-                    .read(
-                        &level.stream,
-                        from,
-                        limits,
-                        &level.cipher,
-                        Some(routing_key),
-                    )
+                    .read(&level.stream, from, limits, &level.cipher, routing_key)
                     .await;
                 let until = tokio::time::Instant::now() + CONFIRM_WAIT_MAX;
                 Ok(self.confirmed(shard, read, until).await?)
             }
+            Place::Remote(_) if routing_key != Some(b"") => Err(ServiceError::Internal(
+                "another member's level is read by its default key only".into(),
+            )),
             Place::Remote(url) => {
                 let reads = self.source_reads.get().ok_or_else(|| {
                     ServiceError::Unavailable(
@@ -220,7 +220,7 @@ impl Streams {
                         position - level.base,
                         limits,
                         key,
-                        routing_key,
+                        Some(routing_key),
                     )
                     .await?;
                 let before = position;

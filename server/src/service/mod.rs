@@ -6,7 +6,8 @@
 //!   with; its operations one per file: `create`, `append`, `read`, `fork` and
 //!   `chain` (fork chains and reads across them), `retire` (delete), `expiry`
 //!   and `reaper` (TTL and `Expires-At`), `listing` (the catalog's entries and
-//!   pages), `startup` (the start-up scan and the catalog's repair);
+//!   pages), `scan` (snapshot scans of a collection), `startup` (the
+//!   start-up scan and the catalog's repair);
 //! * `routing` (stream → shard → where it is served), `fleet` (membership,
 //!   placement and the controller that claims and releases shards), `sources`
 //!   (fork sources another fleet member serves), `cipher` (the cipher cache
@@ -43,6 +44,7 @@ mod read;
 mod reaper;
 mod retire;
 pub mod routing;
+mod scan;
 pub mod sources;
 mod stale;
 mod startup;
@@ -59,4 +61,5 @@ pub use model::{
     StreamObserver, StreamsConfig,
 };
 pub use reaper::Reaper;
+pub use scan::{ScanFrom, ScanItem, ScanPage};
 pub use streams::Streams;

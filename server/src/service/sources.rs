@@ -23,7 +23,7 @@ use std::pin::Pin;
 use base64::Engine as _;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use strata_engine::ReadBatch;
+use strata_engine::{KeySpan, ReadBatch};
 use strata_segments::{Record, StreamKey};
 
 use super::error::ServiceError;
@@ -101,8 +101,14 @@ impl SourceBatch {
                 })
             })
             .collect::<Result<Vec<_>, ServiceError>>()?;
+        // A source read is of the default routing key only.
+        let spans = vec![KeySpan {
+            routing_key: Bytes::new(),
+            records: records.len(),
+        }];
         Ok(ReadBatch {
             records,
+            spans,
             next_offset: self.next_offset,
             tail: self.tail,
             closed: self.closed,
@@ -133,6 +139,10 @@ mod tests {
                 timestamp_ms: 7,
                 payload: Bytes::from_static(b"\x00\xffrecord"),
                 append_start: true,
+            }],
+            spans: vec![strata_engine::KeySpan {
+                routing_key: Bytes::new(),
+                records: 1,
             }],
             next_offset: 4,
             tail: 9,

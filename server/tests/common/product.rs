@@ -263,3 +263,14 @@ pub fn producer(builder: RequestBuilder, id: &str, epoch: u64, seq: u64) -> Requ
         .header("producer-epoch", epoch.to_string())
         .header("producer-seq", seq.to_string())
 }
+
+/// The stream epoch a collection's metadata shows (collections with watches
+/// show it), as bytes.
+pub fn epoch_of(meta: &Value) -> [u8; 16] {
+    let hex = meta["epoch"].as_str().expect("epoch");
+    let mut epoch = [0u8; 16];
+    for (i, byte) in epoch.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex");
+    }
+    epoch
+}

@@ -23,6 +23,7 @@ use super::super::common::{
 use super::super::live::{self, is_binary, LiveRead, Pace, SseFraming};
 use super::errors::{bad, error, service_error, write_error, LIVE_CAPACITY_CODE};
 use super::parse::{seal_body, AppendCall, CollectionOp, CursorParam, ProductRoute, Transport};
+use super::scan::{scan, ScanCall};
 use crate::ds::json::{self, TopLevel};
 use crate::service::catalog::CatalogCursor;
 use crate::service::product::config::{CollectionConfig, ExpiryConfig, CONFIG_BYTES_MAX};
@@ -116,6 +117,20 @@ pub async fn handle(
                         max_records: usize::MAX,
                     };
                     read(state.clone(), call, cursor, transport).await
+                }
+                CollectionOp::Scan {
+                    key,
+                    cursor,
+                    max_bytes,
+                } => {
+                    let call = ScanCall {
+                        project: &project,
+                        name: &name,
+                        key,
+                        cursor,
+                        max_bytes,
+                    };
+                    scan(&state, call).await
                 }
             }
         }

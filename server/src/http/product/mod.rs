@@ -9,6 +9,7 @@
 //! * `GET .../records`, `.../records:long-poll`, `.../records:sse`: key reads
 //!   from opaque key cursors.
 //! * `POST /v1/streams/{name}:seal`: seal, optionally with a final record.
+//! * `GET /v1/streams/{name}:scan`: a page of a snapshot scan ([`scan`]).
 //! * `GET /v1/streams`: the catalog.
 //!
 //! Every answer is `Cache-Control: no-store`, and the stream key
@@ -20,6 +21,7 @@
 pub mod errors;
 pub mod handlers;
 pub mod parse;
+pub mod scan;
 
 pub use handlers::{handle, metadata_json};
 pub use parse::{

@@ -19,6 +19,7 @@ use super::super::common::{
 use super::errors::{bad, error, method_not_allowed, unknown_route};
 use crate::ds::json;
 use crate::service::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
+use crate::service::product::scan_cursor::{SCAN_BYTES_DEFAULT, SCAN_BYTES_MAX, SCAN_BYTES_MIN};
 use crate::service::product::{
     READ_BYTES_DEFAULT, READ_BYTES_MAX, READ_BYTES_MIN, RESERVED_PRODUCER_PREFIX,
     ROUTING_KEY_BYTES_MAX, WAIT_MS_MAX,
@@ -98,6 +99,12 @@ pub enum CollectionOp {
         max_bytes: usize,
         transport: Transport,
     },
+    /// A page of a snapshot scan (`None`: start one).
+    Scan {
+        key: StreamKey,
+        cursor: Option<String>,
+        max_bytes: usize,
+    },
 }
 
 /// An append (`records` or `records:batch`), from its headers.
@@ -119,6 +126,7 @@ enum Target {
     LongPoll,
     Sse,
     Seal,
+    Scan,
 }
 
 /// Splits the (still encoded) path after `/v1/streams/` into the name and
@@ -138,10 +146,12 @@ fn split_target(rest: &str) -> Result<(&str, Target), ApiError> {
     if let Some(name) = rest.strip_suffix(":seal") {
         return Ok((name, Target::Seal));
     }
-    // Routes of later phases (scan, consumers, watches), and unknown verbs.
+    if let Some(name) = rest.strip_suffix(":scan") {
+        return Ok((name, Target::Scan));
+    }
+    // Routes of later phases (consumers, watches), and unknown verbs.
     let last = rest.rsplit('/').next().unwrap_or("");
-    if rest.ends_with(":scan")
-        || rest.contains("/consumers/")
+    if rest.contains("/consumers/")
         || rest.contains("/watches/")
         || RESERVED_LAST_SEGMENTS.contains(&last)
         || last.starts_with("records:")
@@ -241,6 +251,21 @@ fn producer(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
         ));
     }
     Ok(parsed)
+}
+
+/// `maxBytes`: a whole number, clamped into `bounds`.
+fn max_bytes_param(
+    value: Option<&str>,
+    default: usize,
+    bounds: std::ops::RangeInclusive<usize>,
+) -> Result<usize, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(text) => Ok(text
+            .parse::<u64>()
+            .map_err(|_| bad("invalid_parameter", "maxBytes must be a whole number"))?
+            .clamp(*bounds.start() as u64, *bounds.end() as u64) as usize),
+    }
 }
 
 fn wait_param(value: Option<&str>) -> Result<Duration, ApiError> {
@@ -344,6 +369,21 @@ pub fn parse_route(
             }
         }
         (Target::Seal, _) => return Err(method_not_allowed("POST")),
+        (Target::Scan, Method::GET) => {
+            allow_only(&["cursor", "maxBytes"])?;
+            CollectionOp::Scan {
+                key: stream_key(headers)?,
+                cursor: param("cursor")
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string),
+                max_bytes: max_bytes_param(
+                    param("maxBytes"),
+                    SCAN_BYTES_DEFAULT,
+                    SCAN_BYTES_MIN..=SCAN_BYTES_MAX,
+                )?,
+            }
+        }
+        (Target::Scan, _) => return Err(method_not_allowed("GET")),
         (Target::Records, Method::POST) | (Target::Batch, Method::POST) => {
             allow_only(&[])?;
             CollectionOp::Append(AppendCall {
@@ -385,14 +425,11 @@ pub fn parse_route(
                 Some("now") => CursorParam::Now,
                 Some(token) => CursorParam::Token(token.to_string()),
             };
-            let max_bytes = match param("maxBytes") {
-                None => READ_BYTES_DEFAULT,
-                Some(text) => text
-                    .parse::<u64>()
-                    .map_err(|_| bad("invalid_parameter", "maxBytes must be a whole number"))?
-                    .clamp(READ_BYTES_MIN as u64, READ_BYTES_MAX as u64)
-                    as usize,
-            };
+            let max_bytes = max_bytes_param(
+                param("maxBytes"),
+                READ_BYTES_DEFAULT,
+                READ_BYTES_MIN..=READ_BYTES_MAX,
+            )?;
             CollectionOp::Read {
                 key: stream_key(headers)?,
                 routing_key: routing_key_bytes(param("routingKey").unwrap_or("").as_bytes()),

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! The kind byte keeps token classes apart (raw offsets are text, scan
-//! cursors would be 0x21); the epoch ties a cursor to one incarnation, the key
+//! cursors are 0x21, [`super::scan_cursor`]); the epoch ties a cursor to one incarnation, the key
 //! hash (`SHA-256(routing key)[..16]`) to one routing key, and the MAC — keyed
 //! by the stream key and bound to the project — makes a cursor unforgeable
 //! without the key. The lineage field is always 0: a collection is one
@@ -44,15 +44,61 @@ pub struct CursorScope<'a> {
     pub routing_key: &'a [u8],
 }
 
+/// The MAC of a product token's `payload` (any kind: the kind byte leads
+/// the payload), keyed by the stream key's cursor subkey for `epoch` and
+/// bound to `project`.
+pub(super) fn token_mac(
+    project: &str,
+    epoch: [u8; 16],
+    key: &StreamKey,
+    payload: &[u8],
+) -> [u8; MAC_BYTES] {
+    let subkey = derive_subkey(&StreamEpoch(epoch), key, CURSOR_SUBKEY_LABEL, 0);
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(subkey.as_slice())
+        .expect("HMAC takes any key length");
+    mac.update(payload);
+    mac.update(project.as_bytes());
+    let full = mac.finalize().into_bytes();
+    full[..MAC_BYTES].try_into().expect("16 bytes")
+}
+
+/// The text of a token: `base64url-nopad(payload ‖ mac)`.
+pub(super) fn token_text(payload: &[u8], mac: &[u8; MAC_BYTES]) -> String {
+    let mut token = Vec::with_capacity(payload.len() + MAC_BYTES);
+    token.extend_from_slice(payload);
+    token.extend_from_slice(mac);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token)
+}
+
+/// A token's payload if `text` is `payload_bytes` of payload and a MAC that
+/// `mac` confirms (compared in constant time).
+pub(super) fn token_payload(
+    text: &str,
+    payload_bytes: usize,
+    mac: impl FnOnce(&[u8]) -> [u8; MAC_BYTES],
+) -> Option<Vec<u8>> {
+    let token_bytes = payload_bytes + MAC_BYTES;
+    if text.len() > 2 * token_bytes {
+        return None;
+    }
+    let mut bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()?;
+    if bytes.len() != token_bytes {
+        return None;
+    }
+    let expected = mac(&bytes[..payload_bytes]);
+    let mac_ok: bool = expected.ct_eq(&bytes[payload_bytes..]).into();
+    if !mac_ok {
+        return None;
+    }
+    bytes.truncate(payload_bytes);
+    Some(bytes)
+}
+
 impl CursorScope<'_> {
-    fn mac(&self, payload: &[u8; PAYLOAD_BYTES]) -> [u8; MAC_BYTES] {
-        let subkey = derive_subkey(&StreamEpoch(self.epoch), self.key, CURSOR_SUBKEY_LABEL, 0);
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(subkey.as_slice())
-            .expect("HMAC takes any key length");
-        mac.update(payload);
-        mac.update(self.project.as_bytes());
-        let full = mac.finalize().into_bytes();
-        full[..MAC_BYTES].try_into().expect("16 bytes")
+    fn mac(&self, payload: &[u8]) -> [u8; MAC_BYTES] {
+        token_mac(self.project, self.epoch, self.key, payload)
     }
 
     fn payload(&self, position: u64) -> [u8; PAYLOAD_BYTES] {
@@ -68,29 +114,15 @@ impl CursorScope<'_> {
     /// The cursor of `position`.
     pub fn encode(&self, position: u64) -> String {
         let payload = self.payload(position);
-        let mut token = [0u8; CURSOR_BYTES];
-        token[..PAYLOAD_BYTES].copy_from_slice(&payload);
-        token[PAYLOAD_BYTES..].copy_from_slice(&self.mac(&payload));
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token)
+        token_text(&payload, &self.mac(&payload))
     }
 
     /// The position of a cursor, if it is one of this scope's.
     pub fn decode(&self, text: &str) -> Option<u64> {
-        if text.len() > 2 * CURSOR_BYTES {
-            return None;
-        }
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(text)
-            .ok()?;
-        if bytes.len() != CURSOR_BYTES {
-            return None;
-        }
-        let payload: [u8; PAYLOAD_BYTES] = bytes[..PAYLOAD_BYTES].try_into().ok()?;
-        let mac_ok: bool = self.mac(&payload).ct_eq(&bytes[PAYLOAD_BYTES..]).into();
+        let payload = token_payload(text, PAYLOAD_BYTES, |p| self.mac(p))?;
         let expected = self.payload(0);
         // Everything but the position must be this scope's.
-        let scope_ok = payload[..37] == expected[..37];
-        if !(mac_ok && scope_ok) {
+        if payload[..37] != expected[..37] {
             return None;
         }
         Some(u64::from_le_bytes(payload[37..45].try_into().ok()?))

@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod cursor;
+pub mod scan_cursor;
 
 use sha2::{Digest, Sha256};
 
