@@ -27,7 +27,7 @@ const BODY_BYTES_MAX: usize = 64 << 10;
 const UNPROVOKED: [&str; 4] = ["rate_limited", "internal", "unavailable", "bad_request"];
 
 /// The (path, method) pairs this test knows how to exercise.
-const KNOWN: [(&str, &str); 12] = [
+const KNOWN: [(&str, &str); 15] = [
     ("/healthz", "get"),
     ("/v1/streams", "get"),
     ("/v1/streams/{name}", "put"),
@@ -35,6 +35,9 @@ const KNOWN: [(&str, &str); 12] = [
     ("/v1/streams/{name}", "delete"),
     ("/v1/streams/{name}:seal", "post"),
     ("/v1/streams/{name}:scan", "get"),
+    ("/v1/streams/{name}/watches", "get"),
+    ("/v1/streams/{name}/watches/{watch}", "get"),
+    ("/v1/streams/{name}/watches/{watch}/keys/{watchKey}", "get"),
     ("/v1/streams/{name}/records", "post"),
     ("/v1/streams/{name}/records", "get"),
     ("/v1/streams/{name}/records:batch", "post"),
@@ -44,6 +47,9 @@ const KNOWN: [(&str, &str); 12] = [
 
 const SEAL: &str = "/v1/streams/{name}:seal";
 const SCAN: &str = "/v1/streams/{name}:scan";
+const WATCHES: &str = "/v1/streams/{name}/watches";
+const WATCH: &str = "/v1/streams/{name}/watches/{watch}";
+const OBSERVE: &str = "/v1/streams/{name}/watches/{watch}/keys/{watchKey}";
 const COLLECTION: &str = "/v1/streams/{name}";
 const RECORDS: &str = "/v1/streams/{name}/records";
 const BATCH: &str = "/v1/streams/{name}/records:batch";
@@ -432,6 +438,36 @@ async fn expired_scan_cursor(c: &Checker, name: &str) -> String {
     })
 }
 
+/// A capability for watch `w` of collection `name` (created with a watch
+/// `w` on `/a`) and the watch key of `{"a": 1}`, valid for a minute.
+#[allow(clippy::disallowed_methods)] // a client signs with its wall clock
+async fn watch_capability(c: &Checker, name: &str) -> (String, String) {
+    use strata_server::service::product::config::WatchDef;
+    use strata_server::service::product::watch_cap::{CapabilityScope, WaitSigKey};
+    use strata_server::service::product::watch_keys::{definition_id, watch_key};
+    let meta = Answer::from(c.bare(Method::GET, COLLECTION, name).send().await.unwrap()).await;
+    let epoch = common::product::epoch_of(&meta.json());
+    let def = WatchDef {
+        name: "w".into(),
+        fields: vec!["/a".into()],
+    };
+    let key = watch_key(&definition_id(&epoch, &def), &def, &json!({"a": 1})).unwrap();
+    let stream_key = strata_segments::StreamKey::parse(DEV_KEY).unwrap();
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let cap = CapabilityScope {
+        project: "alpha",
+        collection: name,
+        epoch: &epoch,
+        watch: "w",
+        key,
+    }
+    .sign(&WaitSigKey::derive(&epoch, stream_key.expose()), now_s + 60);
+    (cap, key.hex())
+}
+
 #[tokio::test]
 async fn every_documented_operation_answers_as_documented() {
     let spec = Spec::load();
@@ -533,7 +569,7 @@ async fn every_documented_operation_answers_as_documented() {
             .await;
             c.expect(
                 COLLECTION,
-                c.bare(method.clone(), COLLECTION, "j/watches/w"),
+                c.bare(method.clone(), COLLECTION, "j/consumers/c"),
                 404,
                 "unknown_route",
             )
@@ -861,6 +897,128 @@ async fn every_documented_operation_answers_as_documented() {
         "scan_expired",
     )
     .await;
+    // ---------------------------------------------------------------- watches
+    for template in [WATCHES, WATCH] {
+        let t = |name: &str| template.replace("{watch}", "w").replace("{name}", name);
+        let get = |c: &Checker, name: &str| {
+            c.http
+                .get(format!("{}{}", c.base, t(name)))
+                .bearer_auth(TOKEN)
+        };
+        let answer = c.expect(template, get(&c, "j"), 200, "").await;
+        if template == WATCH {
+            assert_eq!(answer.json()["fields"], json!(["/a"]));
+        }
+        for (builder, code) in [
+            (get(&c, "j").header("stream-ttl", "60"), "unknown_field"),
+            (
+                c.http
+                    .get(format!("{}{}?colour=red", c.base, t("j")))
+                    .bearer_auth(TOKEN),
+                "unknown_parameter",
+            ),
+            (
+                c.http
+                    .get(format!("{}{}?colour=a&colour=b", c.base, t("j")))
+                    .bearer_auth(TOKEN),
+                "duplicate_parameter",
+            ),
+            (
+                c.http
+                    .get(format!("{}{}?colour=%FF", c.base, t("j")))
+                    .bearer_auth(TOKEN),
+                "invalid_parameter",
+            ),
+            (get(&c, "a//b"), "invalid_name"),
+        ] {
+            c.expect(template, builder, 400, code).await;
+        }
+        c.expect(
+            template,
+            c.http.get(format!("{}{}", c.base, t("j"))),
+            401,
+            "unauthorized",
+        )
+        .await;
+        c.expect(template, get(&c, "missing"), 404, "not_found")
+            .await;
+        c.expect(template, get(&c, "src"), 410, "gone").await;
+    }
+    c.expect(
+        WATCH,
+        c.http
+            .get(format!("{}/v1/streams/j/watches/nope", c.base))
+            .bearer_auth(TOKEN),
+        404,
+        "unknown_watch",
+    )
+    .await;
+    let (cap, watch_key) = watch_capability(&c, "j").await;
+    let (base, http) = (c.base.clone(), c.http.clone());
+    let observe_url =
+        |name: &str, key: &str| format!("{base}/v1/streams/{name}/watches/w/keys/{key}");
+    let with_cap = |url: String, cap: &str| {
+        http.get(url)
+            .header("authorization", format!("Prisma-Watch {cap}"))
+    };
+    let answer = c
+        .expect(
+            OBSERVE,
+            with_cap(
+                format!("{}?timeoutMs=10", observe_url("j", &watch_key)),
+                &cap,
+            ),
+            200,
+            "",
+        )
+        .await;
+    assert_eq!(answer.json()["invalidated"], false);
+    let url = observe_url("j", &watch_key);
+    for (query, code) in [
+        ("colour=red", "unknown_parameter"),
+        ("colour=a&colour=b", "duplicate_parameter"),
+        ("colour=%FF", "invalid_parameter"),
+        ("timeoutMs=soon", "invalid_parameter"),
+        ("cursor=nope", "invalid_cursor"),
+    ] {
+        c.expect(OBSERVE, with_cap(format!("{url}?{query}"), &cap), 400, code)
+            .await;
+    }
+    c.expect(
+        OBSERVE,
+        with_cap(url.clone(), &cap).header("stream-ttl", "1"),
+        400,
+        "unknown_field",
+    )
+    .await;
+    c.expect(
+        OBSERVE,
+        with_cap(observe_url("a//b", &watch_key), &cap),
+        400,
+        "invalid_name",
+    )
+    .await;
+    c.expect(
+        OBSERVE,
+        with_cap(observe_url("j", "xyz"), &cap),
+        400,
+        "invalid_watch_key",
+    )
+    .await;
+    c.expect(
+        OBSERVE,
+        with_cap(url.clone(), "alpha.1.00"),
+        403,
+        "watch_unauthorized",
+    )
+    .await;
+    c.expect(
+        OBSERVE,
+        http.get(format!("{url}?cap={cap}&timeoutMs=10")),
+        200,
+        "",
+    )
+    .await;
     let binary = c
         .expect(RECORDS, c.req(Method::GET, RECORDS, "b"), 200, "")
         .await;
@@ -1040,6 +1198,8 @@ async fn every_documented_operation_answers_as_documented() {
             &format!("alpha:{TOKEN}"),
             "--max-live-connections",
             "0",
+            "--max-watch-observations",
+            "0",
         ],
     )
     .await;
@@ -1055,6 +1215,17 @@ async fn every_documented_operation_answers_as_documented() {
         )
         .await;
     }
+    let watched = r#"{"format":{"kind":"json"},"watches":[{"name":"w","fields":["/a"]}]}"#;
+    assert_eq!(api_b.create("watched", watched).await.status, 201);
+    let (cap, watch_key) = watch_capability(&c, "watched").await;
+    let full = c
+        .http
+        .get(format!(
+            "{}/v1/streams/watched/watches/w/keys/{watch_key}",
+            c.base
+        ))
+        .header("authorization", format!("Prisma-Watch {cap}"));
+    c.expect(OBSERVE, full, 503, "subscription_capacity").await;
     // Writes whose outcome is unknown: a server whose store takes longer to
     // answer a PUT than its append deadline.
     let dir_c = tempfile::tempdir().unwrap();

@@ -97,6 +97,9 @@ pub struct ServeArgs {
     /// Open long-poll and SSE requests at once.
     #[arg(long, default_value_t = 4096)]
     pub max_live_connections: usize,
+    /// Watch observations (long-polls) waiting at once.
+    #[arg(long, default_value_t = crate::service::watches::OBSERVERS_DEFAULT)]
+    pub max_watch_observations: usize,
     /// Accept plain-HTTP loopback webhook URLs (development and tests only).
     #[arg(long)]
     pub allow_loopback_webhooks: bool,
@@ -442,6 +445,7 @@ impl Server {
             Arc::new(OsEntropy),
             StreamsConfig {
                 max_record_bytes: args.max_record_bytes,
+                watch_observations_max: args.max_watch_observations,
                 ..StreamsConfig::default()
             },
         ));

@@ -10,9 +10,20 @@ use super::deadline::StoreDeadline;
 use super::error::ServiceError;
 use super::media::media_type;
 use super::model::{AppendOutcome, AppendResult, AppendSpec};
-use super::registry::Entry;
+use super::observe::publish_keys;
+use super::registry::{Descriptor, Entry};
 use super::routing::stream_ref;
 use super::streams::Streams;
+use strata_manifest::Versioned;
+
+/// What an append that outlived its request still does once acknowledged.
+pub(super) struct Detached {
+    pub(super) entry: Arc<Entry>,
+    pub(super) desc: Arc<Versioned<Descriptor>>,
+    pub(super) shard: strata_engine::Shard,
+    pub(super) appended_records: bool,
+    pub(super) watch_keys: Vec<super::product::watch_keys::WatchKey>,
+}
 
 impl Streams {
     /// Appends, waiting at most until `deadline`: then the answer is
@@ -62,6 +73,7 @@ impl Streams {
             self.records_of(&desc.value.content_type, &spec.body, false)?
         };
         let appended_records = !records.is_empty();
+        let watch_keys = self.watch_keys_of(&desc.value, &records);
         let mut request = AppendRequest::new(stream, cipher, records);
         request.routing_key = spec.routing_key;
         request.producer = spec.producer;
@@ -71,7 +83,14 @@ impl Streams {
         let answer = match tokio::time::timeout_at(deadline.at, &mut ticket).await {
             Ok(answer) => answer,
             Err(_) => {
-                self.finish_detached(ticket, entry, project, name, appended_records);
+                let detached = Detached {
+                    entry,
+                    desc: desc.clone(),
+                    shard: shard.clone(),
+                    appended_records,
+                    watch_keys,
+                };
+                self.finish_detached(ticket, detached, project, name);
                 return Err(deadline.write_timed_out());
             }
         };
@@ -84,6 +103,7 @@ impl Streams {
         })?;
         entry.touch(self.now_ms());
         if appended_records && ack.kind == AppendKind::Appended {
+            self.publish_watch_keys(&desc.value, &shard, &watch_keys);
             self.notify_appended(project, name);
         }
         let result = match ack.kind {
@@ -130,18 +150,26 @@ impl Streams {
     pub(super) fn finish_detached(
         &self,
         ticket: strata_engine::AppendTicket,
-        entry: Arc<Entry>,
+        detached: Detached,
         project: &str,
         name: &str,
-        appended_records: bool,
     ) {
         let clock = self.clock.clone();
         let observer = self.observer.get().cloned();
+        let journals = self.watch_journals.clone();
+        let entropy = self.entropy.clone();
         let (project, name) = (project.to_string(), name.to_string());
         tokio::spawn(async move {
             if let Ok(ack) = ticket.await {
-                entry.touch(clock.now_ms());
-                if appended_records && ack.kind == AppendKind::Appended {
+                detached.entry.touch(clock.now_ms());
+                if detached.appended_records && ack.kind == AppendKind::Appended {
+                    publish_keys(
+                        &journals,
+                        entropy.as_ref(),
+                        &detached.desc.value,
+                        &detached.shard,
+                        &detached.watch_keys,
+                    );
                     if let Some(observer) = observer {
                         observer.appended(&project, &name);
                     }

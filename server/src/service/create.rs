@@ -16,6 +16,7 @@ use super::registry::{Descriptor, StreamState, DESCRIPTOR_FORMAT};
 use super::routing::stream_ref;
 use super::streams::Streams;
 use crate::ds::json;
+use crate::service::product::watch_cap::WaitSigKey;
 use hex::encode as hex;
 
 impl Streams {
@@ -93,6 +94,8 @@ impl Streams {
             fork: fork.as_ref().map(|f| f.origin.clone()),
             fork_refs: 0,
             watches: spec.watches.clone(),
+            watch_sig_key: (!spec.watches.is_empty())
+                .then(|| WaitSigKey::derive(&epoch.0, key.expose()).hex()),
             state: StreamState::Live,
             write_token: hex(self.entropy.bytes16()),
         };

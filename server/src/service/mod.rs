@@ -40,6 +40,7 @@ mod limits;
 mod listing;
 mod media;
 mod model;
+mod observe;
 mod read;
 mod reaper;
 mod retire;
@@ -49,6 +50,7 @@ pub mod sources;
 mod stale;
 mod startup;
 mod streams;
+pub mod watches;
 
 pub use deadline::StoreDeadline;
 pub use error::ServiceError;
@@ -60,6 +62,8 @@ pub use model::{
     ForkSpec, KeyView, ReadFrom, ReadOutcome, ReadRecord, ShardMove, StartupScan, StreamMeta,
     StreamObserver, StreamsConfig,
 };
+pub use observe::{WatchOutcome, WatchRequest};
 pub use reaper::Reaper;
 pub use scan::{ScanFrom, ScanItem, ScanPage};
 pub use streams::Streams;
+pub use watches::Observation;

@@ -178,6 +178,8 @@ pub struct StreamsConfig {
     /// Bytes of payload a catch-up read returns at most (one record may exceed it).
     pub read_chunk_bytes: usize,
     pub default_content_type: String,
+    /// Watch observations waiting at once (beyond: refused, retry later).
+    pub watch_observations_max: usize,
 }
 
 impl Default for StreamsConfig {
@@ -186,6 +188,7 @@ impl Default for StreamsConfig {
             max_record_bytes: 32 << 20,
             read_chunk_bytes: 4 << 20,
             default_content_type: "application/octet-stream".into(),
+            watch_observations_max: super::watches::OBSERVERS_DEFAULT,
         }
     }
 }

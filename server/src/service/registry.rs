@@ -81,6 +81,11 @@ pub struct Descriptor {
     /// Watch definitions of a product collection (sorted by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watches: Vec<crate::service::product::config::WatchDef>,
+    /// Hex of the key that checks watch capabilities (derived one way from
+    /// the stream key at create; `product::watch_cap`), on collections with
+    /// watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch_sig_key: Option<String>,
     pub state: StreamState,
     /// Random per write (the CAS write token).
     pub write_token: String,
@@ -417,6 +422,7 @@ mod tests {
             fork: None,
             fork_refs: 0,
             watches: Vec::new(),
+            watch_sig_key: None,
             state: StreamState::Live,
             write_token: format!("{incarnation:032x}"),
         }

@@ -50,6 +50,8 @@ pub struct Streams {
     pub(super) startup_scanned: tokio::sync::watch::Sender<bool>,
     /// Appends acknowledged since start (the fleet's load vector).
     pub(super) appends_acknowledged: std::sync::atomic::AtomicU64,
+    /// Watch journals of the collections served here (see `watches`).
+    pub(super) watch_journals: Arc<super::watches::WatchJournals>,
 }
 
 impl Streams {
@@ -87,6 +89,7 @@ impl Streams {
             reaper: Arc::new(Reaper::default()),
             startup_scanned: tokio::sync::watch::Sender::new(true),
             appends_acknowledged: Default::default(),
+            watch_journals: Default::default(),
         }
     }
 

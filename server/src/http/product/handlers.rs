@@ -24,6 +24,7 @@ use super::super::live::{self, is_binary, LiveRead, Pace, SseFraming};
 use super::errors::{bad, error, service_error, write_error, LIVE_CAPACITY_CODE};
 use super::parse::{seal_body, AppendCall, CollectionOp, CursorParam, ProductRoute, Transport};
 use super::scan::{scan, ScanCall};
+use super::watches;
 use crate::ds::json::{self, TopLevel};
 use crate::service::catalog::CatalogCursor;
 use crate::service::product::config::{CollectionConfig, ExpiryConfig, CONFIG_BYTES_MAX};
@@ -118,6 +119,11 @@ pub async fn handle(
                     };
                     read(state.clone(), call, cursor, transport).await
                 }
+                CollectionOp::Watches => watches::definitions(&state, &project, &name, None).await,
+                CollectionOp::Watch { watch } => {
+                    watches::definitions(&state, &project, &name, Some(&watch)).await
+                }
+                CollectionOp::Observe(call) => watches::observe(&state, &name, call).await,
                 CollectionOp::Scan {
                     key,
                     cursor,

@@ -10,6 +10,8 @@
 //!   from opaque key cursors.
 //! * `POST /v1/streams/{name}:seal`: seal, optionally with a final record.
 //! * `GET /v1/streams/{name}:scan`: a page of a snapshot scan ([`scan`]).
+//! * `GET …/watches`, `…/watches/{w}`, `…/watches/{w}/keys/{watchKey}`:
+//!   watch definitions and observations under a capability ([`watches`]).
 //! * `GET /v1/streams`: the catalog.
 //!
 //! Every answer is `Cache-Control: no-store`, and the stream key
@@ -22,9 +24,10 @@ pub mod errors;
 pub mod handlers;
 pub mod parse;
 pub mod scan;
+pub mod watches;
 
 pub use handlers::{handle, metadata_json};
 pub use parse::{
-    collection_name, parse_route, AppendCall, CollectionOp, CursorParam, ProductRoute, Transport,
-    NAME_BYTES_MAX, PREFIX,
+    collection_name, is_observation_path, parse_route, AppendCall, CollectionOp, CursorParam,
+    ProductRoute, Transport, NAME_BYTES_MAX, PREFIX,
 };

@@ -20,6 +20,8 @@ use super::errors::{bad, error, method_not_allowed, unknown_route};
 use crate::ds::json;
 use crate::service::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 use crate::service::product::scan_cursor::{SCAN_BYTES_DEFAULT, SCAN_BYTES_MAX, SCAN_BYTES_MIN};
+use crate::service::product::watch_cap::parse_capability;
+use crate::service::product::watch_keys::WatchKey;
 use crate::service::product::{
     READ_BYTES_DEFAULT, READ_BYTES_MAX, READ_BYTES_MIN, RESERVED_PRODUCER_PREFIX,
     ROUTING_KEY_BYTES_MAX, WAIT_MS_MAX,
@@ -99,12 +101,144 @@ pub enum CollectionOp {
         max_bytes: usize,
         transport: Transport,
     },
+    /// The collection's watch definitions.
+    Watches,
+    /// One watch definition.
+    Watch {
+        watch: String,
+    },
+    /// An observation of one watch key, under a capability (the route's
+    /// project is the capability's).
+    Observe(ObserveCall),
     /// A page of a snapshot scan (`None`: start one).
     Scan {
         key: StreamKey,
         cursor: Option<String>,
         max_bytes: usize,
     },
+}
+
+/// An observation (`…/watches/{w}/keys/{watchKey}`), from its path, query
+/// and headers.
+#[derive(Debug)]
+pub struct ObserveCall {
+    pub watch: String,
+    pub key: WatchKey,
+    /// From `Authorization: Prisma-Watch <cap>` or `?cap=` (empty: none).
+    pub capability: String,
+    pub cursor: Option<String>,
+    pub wait: Duration,
+}
+
+impl ObserveCall {
+    /// The project the capability names (`""` when it names none: such a
+    /// request finds nothing and is refused like any other).
+    pub fn project(&self) -> &str {
+        parse_capability(&self.capability).map_or("", |c| c.project)
+    }
+}
+
+/// The watch subresource a path names, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchPath<'a> {
+    List,
+    One(&'a str),
+    Key(&'a str, &'a str),
+}
+
+/// Splits `{name}/watches`, `{name}/watches/{w}` and
+/// `{name}/watches/{w}/keys/{watchKey}` (a watch name is one segment).
+fn split_watch_path(rest: &str) -> Option<(&str, WatchPath<'_>)> {
+    if let Some(name) = rest.strip_suffix("/watches") {
+        return (!name.is_empty()).then_some((name, WatchPath::List));
+    }
+    let segments: Vec<&str> = rest.rsplitn(5, '/').collect();
+    match segments.as_slice() {
+        [key, "keys", watch, "watches", name] if !name.is_empty() => {
+            Some((name, WatchPath::Key(watch, key)))
+        }
+        [watch, "watches", ..] => {
+            let name = rest.strip_suffix(&format!("/watches/{watch}"))?;
+            (!name.is_empty()).then_some((name, WatchPath::One(watch)))
+        }
+        _ => None,
+    }
+}
+
+/// The route of a watch path (`None`: not one).
+fn watch_route(
+    method: &Method,
+    rest: &str,
+    headers: &HeaderMap,
+    param: &dyn Fn(&str) -> Option<String>,
+    allow_only: &dyn Fn(&[&str]) -> Result<(), ApiError>,
+) -> Option<Result<ProductRoute, ApiError>> {
+    let (raw_name, path) = split_watch_path(rest)?;
+    let route = (|| {
+        if method != Method::GET {
+            return Err(method_not_allowed("GET"));
+        }
+        let name = collection_name(raw_name)?;
+        let decode = |text: &str| {
+            percent_decode(text.as_bytes())
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| bad("invalid_name", "a watch name is UTF-8"))
+        };
+        let op = match path {
+            WatchPath::List => {
+                allow_only(&[])?;
+                CollectionOp::Watches
+            }
+            WatchPath::One(watch) => {
+                allow_only(&[])?;
+                CollectionOp::Watch {
+                    watch: decode(watch)?,
+                }
+            }
+            WatchPath::Key(watch, key) => {
+                allow_only(&["cursor", "timeoutMs", "cap"])?;
+                let key = WatchKey::parse(key)
+                    .ok_or_else(|| bad("invalid_watch_key", "a watch key is 16 hex characters"))?;
+                let from_header = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Prisma-Watch "))
+                    .map(|v| v.trim().to_string());
+                let wait = match param("timeoutMs") {
+                    None => Duration::from_millis(WAIT_MS_MAX),
+                    Some(text) => Duration::from_millis(
+                        text.parse::<u64>()
+                            .map_err(|_| {
+                                bad("invalid_parameter", "timeoutMs must be a whole number")
+                            })?
+                            .min(WAIT_MS_MAX),
+                    ),
+                };
+                CollectionOp::Observe(ObserveCall {
+                    watch: decode(watch)?,
+                    key,
+                    capability: from_header.or_else(|| param("cap")).unwrap_or_default(),
+                    cursor: param("cursor").filter(|c| !c.is_empty()),
+                    wait,
+                })
+            }
+        };
+        Ok(ProductRoute::Collection {
+            name,
+            op: Box::new(op),
+        })
+    })();
+    Some(route)
+}
+
+/// Whether `path` is a watch observation (authorized by its capability,
+/// not by a bearer token).
+pub fn is_observation_path(path: &str) -> bool {
+    path.strip_prefix(PREFIX)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .and_then(split_watch_path)
+        .is_some_and(|(_, p)| matches!(p, WatchPath::Key(..)))
 }
 
 /// An append (`records` or `records:batch`), from its headers.
@@ -347,6 +481,10 @@ pub fn parse_route(
         Some(rest) => rest.strip_prefix('/').ok_or_else(unknown_route)?,
         None => return Err(unknown_route()),
     };
+    let owned_param = |name: &str| param(name).map(str::to_string);
+    if let Some(route) = watch_route(method, rest, headers, &owned_param, &allow_only) {
+        return route;
+    }
     let (raw_name, target) = split_target(rest)?;
     let name = collection_name(raw_name)?;
     let op = match (target, method.clone()) {

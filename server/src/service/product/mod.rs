@@ -17,6 +17,8 @@
 pub mod config;
 pub mod cursor;
 pub mod scan_cursor;
+pub mod watch_cap;
+pub mod watch_keys;
 
 use sha2::{Digest, Sha256};
 
