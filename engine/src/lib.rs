@@ -8,6 +8,9 @@
 //!   store alone, fencing, reads and waits.
 //! * [`admin`]: the operator tools: read-only inspection and verification of
 //!   shards, and the repairs (rollback, recover).
+//! * [`consumer`]: the consumer-group state machine (leases, per-key FIFO,
+//!   attempts, dead letters), pure and deterministic; not yet carried by the
+//!   WAL or served.
 //! * `sim` (feature `sim`, which only the engine's own tests enable): the
 //!   deterministic simulation's fault-injecting store and driver.
 //!
@@ -15,6 +18,7 @@
 //! byte formats; this crate composes them and never speaks HTTP.
 
 pub mod admin;
+pub mod consumer;
 pub mod env;
 pub mod error;
 pub mod ids;

@@ -1,0 +1,371 @@
+//! Consumer groups: the state machine of one consumer of one stream
+//! (contract: docs/API.md, "Consumer groups", once its routes exist).
+//!
+//! A consumer hands a stream's records out as leases, **at least once** and
+//! **first in, first out per routing key**: at most one lease per routing key
+//! is live at a time, covering the key's oldest unsettled record; other keys
+//! are leased in parallel. A lease ends when it is acknowledged (the record
+//! is done), retried (released, visible again after a delay), or when its
+//! visibility deadline passes (released at the next pull). Every delivery
+//! counts an attempt; a record whose next delivery would exceed
+//! `max_attempts` is handed out as *poison* instead, to be dead-lettered and
+//! then acknowledged ([`Consumer::dead_lettered`]).
+//!
+//! The machine is a pure function of its inputs — the records discovered in
+//! the stream, the commands, and the time each command carries — so a replay
+//! of the same commands rebuilds the same state (the shard's WAL is meant to
+//! carry them). It never reads a clock or the store.
+//!
+//! Invariants (checked by `debug_assert!` and the model test):
+//! * a key has at most one lease, and it covers the key's oldest pending
+//!   record;
+//! * a record is never delivered again once acknowledged or dead-lettered;
+//! * a delivery's attempt count never exceeds `max_attempts`;
+//! * at most [`PENDING_MAX`] discovered records wait at once (discovery
+//!   pauses beyond), and a settle names at most [`SETTLE_ITEMS_MAX`] tokens.
+
+#[cfg(test)]
+mod model_tests;
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use bytes::Bytes;
+
+/// Discovered, unacknowledged records kept at once.
+pub const PENDING_MAX: usize = 100_000;
+/// Tokens one settle may name.
+pub const SETTLE_ITEMS_MAX: usize = 3_000;
+
+/// A consumer's settings (validated by the caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    pub visibility_ms: u64,
+    pub max_attempts: u32,
+    pub max_batch: usize,
+}
+
+/// What a lease token names: the record, and which delivery of it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseRef {
+    pub routing_key: Bytes,
+    pub position: u64,
+    pub lease: u64,
+}
+
+/// One record handed out under a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub lease: LeaseRef,
+    pub attempts: u32,
+    pub deadline_ms: u64,
+}
+
+/// A record whose attempts are spent: dead-letter it, then call
+/// [`Consumer::dead_lettered`] (or [`Consumer::dead_letter_failed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Poison {
+    pub routing_key: Bytes,
+    pub position: u64,
+    pub attempts: u32,
+}
+
+/// What a pull hands out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pulled {
+    pub deliveries: Vec<Delivery>,
+    pub poison: Vec<Poison>,
+}
+
+/// One settle: acknowledgements, retries (with their delays) and extensions
+/// (with their new visibility), applied together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settle {
+    pub acks: Vec<LeaseRef>,
+    pub retries: Vec<(LeaseRef, u64)>,
+    pub extends: Vec<(LeaseRef, u64)>,
+}
+
+/// What a settle did; tokens that were not live leases count as stale.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    pub acked: usize,
+    pub retried: usize,
+    pub extended: usize,
+    pub stale: usize,
+}
+
+/// Why a settle was refused whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    #[error("a settle names at most {SETTLE_ITEMS_MAX} tokens")]
+    TooManyItems,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lease {
+    id: u64,
+    deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct KeyState {
+    /// Discovered records not yet settled, oldest first.
+    pending: VecDeque<u64>,
+    /// Deliveries of the oldest pending record so far.
+    head_attempts: u32,
+    /// The oldest pending record is not handed out before this.
+    visible_at_ms: u64,
+    lease: Option<Lease>,
+    /// The oldest pending record was handed out as poison and waits for
+    /// its dead letter.
+    dead_lettering: bool,
+}
+
+impl KeyState {
+    fn head(&self) -> Option<u64> {
+        self.pending.front().copied()
+    }
+
+    /// Ends the head record (acknowledged or dead-lettered).
+    fn finish_head(&mut self) {
+        self.pending.pop_front();
+        self.head_attempts = 0;
+        self.visible_at_ms = 0;
+        self.lease = None;
+        self.dead_lettering = false;
+    }
+}
+
+/// One consumer's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumer {
+    config: ConsumerConfig,
+    /// Positions below this were assigned to their keys.
+    discovered: u64,
+    keys: BTreeMap<Bytes, KeyState>,
+    pending_total: usize,
+    /// The last lease id given.
+    last_lease: u64,
+    /// Pulls start after this key (round robin over keys).
+    after_key: Option<Bytes>,
+}
+
+impl Consumer {
+    pub fn new(config: ConsumerConfig) -> Consumer {
+        assert!(config.max_attempts >= 1 && config.max_batch >= 1);
+        Consumer {
+            config,
+            discovered: 0,
+            keys: BTreeMap::new(),
+            pending_total: 0,
+            last_lease: 0,
+            after_key: None,
+        }
+    }
+
+    pub fn config(&self) -> ConsumerConfig {
+        self.config
+    }
+
+    /// Where discovery continues, if there is room for more records.
+    pub fn discover_from(&self) -> Option<u64> {
+        (self.pending_total < PENDING_MAX).then_some(self.discovered)
+    }
+
+    /// Takes records `(position, routing key)` found in the stream from
+    /// [`Consumer::discover_from`] on, in position order; `scanned_to` is
+    /// where the scan that found them ended (records below it that are not
+    /// listed do not exist). Stops when [`PENDING_MAX`] records wait and
+    /// returns how many it took; discovery then resumes after the last one.
+    pub fn discover(&mut self, records: &[(u64, Bytes)], scanned_to: u64) -> usize {
+        let mut taken = 0;
+        for (position, routing_key) in records {
+            if self.pending_total >= PENDING_MAX {
+                return taken;
+            }
+            if *position < self.discovered {
+                continue;
+            }
+            self.keys
+                .entry(routing_key.clone())
+                .or_default()
+                .pending
+                .push_back(*position);
+            self.pending_total += 1;
+            self.discovered = position + 1;
+            taken += 1;
+        }
+        self.discovered = self.discovered.max(scanned_to);
+        taken
+    }
+
+    /// Records not yet settled, given the stream's tail.
+    pub fn backlog(&self, tail: u64) -> u64 {
+        self.pending_total as u64 + tail.saturating_sub(self.discovered)
+    }
+
+    /// Hands out up to `max` (at most `max_batch`) leases at `now_ms`, one
+    /// per routing key, keys in turn; releases expired leases first.
+    pub fn pull(&mut self, now_ms: u64, max: usize) -> Pulled {
+        let max = max.min(self.config.max_batch);
+        let mut out = Pulled::default();
+        if max == 0 {
+            return out;
+        }
+        for state in self.keys.values_mut() {
+            if state.lease.is_some_and(|l| l.deadline_ms <= now_ms) {
+                state.lease = None;
+            }
+        }
+        let order: Vec<Bytes> = match &self.after_key {
+            Some(after) => self
+                .keys
+                .range::<Bytes, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+                .chain(self.keys.range::<Bytes, _>(..=after))
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => self.keys.keys().cloned().collect(),
+        };
+        for routing_key in order {
+            if out.deliveries.len() >= max {
+                break;
+            }
+            let Some(state) = self.keys.get_mut(&routing_key) else {
+                continue;
+            };
+            let Some(position) = state.head() else {
+                continue;
+            };
+            if state.lease.is_some() || state.dead_lettering || state.visible_at_ms > now_ms {
+                continue;
+            }
+            if state.head_attempts >= self.config.max_attempts {
+                state.dead_lettering = true;
+                out.poison.push(Poison {
+                    routing_key: routing_key.clone(),
+                    position,
+                    attempts: state.head_attempts,
+                });
+                continue;
+            }
+            state.head_attempts += 1;
+            self.last_lease += 1;
+            let deadline_ms = now_ms.saturating_add(self.config.visibility_ms);
+            state.lease = Some(Lease {
+                id: self.last_lease,
+                deadline_ms,
+            });
+            debug_assert!(state.head_attempts <= self.config.max_attempts);
+            out.deliveries.push(Delivery {
+                lease: LeaseRef {
+                    routing_key: routing_key.clone(),
+                    position,
+                    lease: self.last_lease,
+                },
+                attempts: state.head_attempts,
+                deadline_ms,
+            });
+            self.after_key = Some(routing_key);
+        }
+        self.drop_empty_keys();
+        out
+    }
+
+    /// Whether `lease` is live at `now_ms`.
+    fn is_live(&self, lease: &LeaseRef, now_ms: u64) -> bool {
+        self.keys.get(&lease.routing_key).is_some_and(|state| {
+            state.head() == Some(lease.position)
+                && state
+                    .lease
+                    .is_some_and(|l| l.id == lease.lease && now_ms < l.deadline_ms)
+        })
+    }
+
+    /// Applies a settle as one change: every token is judged against the
+    /// state before it (a token named twice counts once, then as stale).
+    pub fn settle<'a>(&mut self, now_ms: u64, settle: &'a Settle) -> Result<Settled, SettleError> {
+        let items = settle.acks.len() + settle.retries.len() + settle.extends.len();
+        if items > SETTLE_ITEMS_MAX {
+            return Err(SettleError::TooManyItems);
+        }
+        let mut seen: HashSet<&LeaseRef> = HashSet::new();
+        let mut take = |lease: &'a LeaseRef, consumer: &Consumer| -> bool {
+            consumer.is_live(lease, now_ms) && seen.insert(lease)
+        };
+        let acks: Vec<&LeaseRef> = settle.acks.iter().filter(|l| take(l, self)).collect();
+        let retries: Vec<(&LeaseRef, u64)> = settle
+            .retries
+            .iter()
+            .filter(|(l, _)| take(l, self))
+            .map(|(l, d)| (l, *d))
+            .collect();
+        let extends: Vec<(&LeaseRef, u64)> = settle
+            .extends
+            .iter()
+            .filter(|(l, _)| take(l, self))
+            .map(|(l, v)| (l, *v))
+            .collect();
+        let done = Settled {
+            acked: acks.len(),
+            retried: retries.len(),
+            extended: extends.len(),
+            stale: items - acks.len() - retries.len() - extends.len(),
+        };
+        for lease in acks {
+            if let Some(state) = self.keys.get_mut(&lease.routing_key) {
+                state.finish_head();
+                self.pending_total -= 1;
+            }
+        }
+        for (lease, delay_ms) in retries {
+            if let Some(state) = self.keys.get_mut(&lease.routing_key) {
+                state.lease = None;
+                state.visible_at_ms = now_ms.saturating_add(delay_ms);
+            }
+        }
+        for (lease, visibility_ms) in extends {
+            if let Some(l) = self
+                .keys
+                .get_mut(&lease.routing_key)
+                .and_then(|s| s.lease.as_mut())
+            {
+                l.deadline_ms = now_ms.saturating_add(visibility_ms);
+            }
+        }
+        self.drop_empty_keys();
+        Ok(done)
+    }
+
+    /// The poison record `position` of `routing_key` is dead-lettered
+    /// (durably): it is done. False if it was not the key's poison record.
+    pub fn dead_lettered(&mut self, routing_key: &Bytes, position: u64) -> bool {
+        let Some(state) = self.keys.get_mut(routing_key) else {
+            return false;
+        };
+        if !state.dead_lettering || state.head() != Some(position) {
+            return false;
+        }
+        state.finish_head();
+        self.pending_total -= 1;
+        self.drop_empty_keys();
+        true
+    }
+
+    /// Dead-lettering `position` of `routing_key` failed: the next pull hands
+    /// it out as poison again.
+    pub fn dead_letter_failed(&mut self, routing_key: &Bytes, position: u64) {
+        if let Some(state) = self.keys.get_mut(routing_key) {
+            if state.head() == Some(position) {
+                state.dead_lettering = false;
+            }
+        }
+    }
+
+    fn drop_empty_keys(&mut self) {
+        self.keys.retain(|_, s| !s.pending.is_empty());
+        debug_assert_eq!(
+            self.keys.values().map(|s| s.pending.len()).sum::<usize>(),
+            self.pending_total
+        );
+    }
+}
