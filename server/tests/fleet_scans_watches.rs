@@ -1,0 +1,152 @@
+//! Scans and watch observations in a fleet: a member that does not serve the
+//! collection forwards both to its owner (the observation by the project its
+//! capability names, with no bearer token), so a scan through any member
+//! returns the snapshot and an observation through any member wakes on an
+//! append through any other.
+
+// Capabilities carry wall-clock expiries; the test signs them as a client.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::fleet::{Fleet, MEMBERS};
+use common::product::{epoch_of, Answer, Api, QueryPairs};
+use common::DEV_KEY;
+use reqwest::Method;
+use serde_json::{json, Value};
+use strata_segments::StreamKey;
+use strata_server::service::product::config::WatchDef;
+use strata_server::service::product::watch_cap::{CapabilityScope, WaitSigKey};
+use strata_server::service::product::watch_keys::{definition_id, watch_key};
+use strata_server::service::DEFAULT_PROJECT;
+
+const DOC: &str =
+    r#"{"format":{"kind":"json"},"watches":[{"name":"by-customer","fields":["/customerId"]}]}"#;
+
+/// Sends until a member answers other than a retryable 503 (the fleet may
+/// still be settling its shards), at most a bounded number of times.
+async fn settled(make: impl Fn() -> reqwest::RequestBuilder) -> Answer {
+    for _ in 0..200 {
+        if let Ok(response) = make().send().await {
+            let answer = Answer::from(response).await;
+            if answer.status != 503 {
+                return answer;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no member answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_and_observations_are_served_through_any_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = Fleet::start(dir.path().to_str().unwrap(), &[]).await;
+    let apis: Vec<Api> = (0..MEMBERS)
+        .map(|i| Api::at(&fleet.base(i), None, DEV_KEY))
+        .collect();
+    let created = settled(|| apis[0].request(Method::PUT, "orders").body(DOC)).await;
+    assert!(
+        created.status == 201 || created.status == 200,
+        "{}",
+        created.text()
+    );
+    let meta = created.json();
+    // A member the collection's owner is not: its answers name the owner.
+    let mut forwarder = None;
+    for (i, api) in apis.iter().enumerate() {
+        let answer = settled(|| api.keyless(Method::GET, &api.url("orders"))).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        if answer
+            .header("streams-replay-to")
+            .is_some_and(|owner| owner != fleet.base(i))
+        {
+            forwarder = Some(i);
+        }
+    }
+    let via = forwarder.expect("with three members, some member forwards");
+    let other = (via + 1) % MEMBERS;
+
+    // Observation through the forwarder, appends through another member.
+    let epoch = epoch_of(&meta);
+    let def = WatchDef {
+        name: "by-customer".into(),
+        fields: vec!["/customerId".into()],
+    };
+    let key = watch_key(
+        &definition_id(&epoch, &def),
+        &def,
+        &json!({"customerId": "c1"}),
+    )
+    .unwrap();
+    let expiry = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 120;
+    let stream_key = StreamKey::parse(DEV_KEY).unwrap();
+    let cap = CapabilityScope {
+        project: DEFAULT_PROJECT,
+        collection: "orders",
+        epoch: &epoch,
+        watch: "by-customer",
+        key,
+    }
+    .sign(&WaitSigKey::derive(&epoch, stream_key.expose()), expiry);
+    let url = format!(
+        "{}/v1/streams/orders/watches/by-customer/keys/{}",
+        fleet.base(via),
+        key.hex()
+    );
+    let http = common::client();
+    let observe = |cursor: Option<String>, timeout_ms: u64| {
+        let mut query = vec![("timeoutMs", timeout_ms.to_string())];
+        if let Some(c) = cursor {
+            query.push(("cursor", c));
+        }
+        http.get(&url)
+            .header("authorization", format!("Prisma-Watch {cap}"))
+            .pairs(&query)
+    };
+    let first = settled(|| observe(None, 50)).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.json()["invalidated"], false);
+    let cursor = first.json()["cursor"].as_str().unwrap().to_string();
+    let parked = {
+        let request = observe(Some(cursor), 20_000);
+        tokio::spawn(async move { Answer::from(request.send().await.unwrap()).await })
+    };
+    for (n, customer) in ["c2", "c1", "c3"].iter().enumerate() {
+        let body = json!({"customerId": customer, "n": n}).to_string();
+        let answer = settled(|| {
+            apis[other]
+                .request(Method::POST, "orders/records")
+                .header("prisma-routing-key", *customer)
+                .header("content-type", "application/json")
+                .body(body.clone())
+        })
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let woken = tokio::time::timeout(Duration::from_secs(15), parked)
+        .await
+        .expect("woken, not timed out")
+        .unwrap();
+    assert_eq!(woken.status, 200, "{}", woken.text());
+    assert_eq!(woken.json()["invalidated"], true, "{}", woken.text());
+
+    // A scan through the forwarder: the three records, every key.
+    let page = settled(|| apis[via].request(Method::GET, "orders:scan")).await;
+    assert_eq!(page.status, 200, "{}", page.text());
+    assert_eq!(page.header("prisma-scan-complete"), Some("true"));
+    let keys: Vec<Value> = page
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["routingKey"].clone())
+        .collect();
+    assert_eq!(keys, vec![json!("c2"), json!("c1"), json!("c3")]);
+}
