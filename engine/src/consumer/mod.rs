@@ -12,9 +12,12 @@
 //! then acknowledged ([`Consumer::dead_lettered`]).
 //!
 //! The machine is a pure function of its inputs — the records discovered in
-//! the stream, the commands, and the time each command carries — so a replay
-//! of the same commands rebuilds the same state (the shard's WAL is meant to
-//! carry them). It never reads a clock or the store.
+//! the stream, the commands, and the time each command carries. It never
+//! reads a clock or the store. Every change of state is a
+//! [`ConsumerEvent`]: a command decides its events from the state it meets,
+//! then applies them, and hands them to the caller. Applying the same events
+//! to a new consumer ([`Consumer::apply`]) rebuilds the same state, which is
+//! what a log of them (the shard's WAL, once it carries them) needs.
 //!
 //! Invariants (checked by `debug_assert!` and the model test):
 //! * a key has at most one lease, and it covers the key's oldest pending
@@ -101,6 +104,45 @@ pub enum SettleError {
     TooManyItems,
 }
 
+/// One change of a consumer's state, as a log would carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerEvent {
+    /// Records found in the stream (all of them taken), and where the scan
+    /// that found them ended.
+    Discovered {
+        records: Vec<(u64, Bytes)>,
+        scanned_to: u64,
+    },
+    /// A lease's deadline passed: the record is free again.
+    Expired {
+        routing_key: Bytes,
+    },
+    Delivered {
+        routing_key: Bytes,
+        lease: u64,
+        deadline_ms: u64,
+    },
+    /// The key's oldest record spent its attempts and awaits its dead letter.
+    Poisoned {
+        routing_key: Bytes,
+    },
+    /// The key's oldest record is done (acknowledged or dead-lettered).
+    Finished {
+        routing_key: Bytes,
+    },
+    Retried {
+        routing_key: Bytes,
+        visible_at_ms: u64,
+    },
+    Extended {
+        routing_key: Bytes,
+        deadline_ms: u64,
+    },
+    DeadLetterFailed {
+        routing_key: Bytes,
+    },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lease {
     id: u64,
@@ -177,25 +219,40 @@ impl Consumer {
     /// where the scan that found them ended (records below it that are not
     /// listed do not exist). Stops when [`PENDING_MAX`] records wait and
     /// returns how many it took; discovery then resumes after the last one.
-    pub fn discover(&mut self, records: &[(u64, Bytes)], scanned_to: u64) -> usize {
-        let mut taken = 0;
-        for (position, routing_key) in records {
-            if self.pending_total >= PENDING_MAX {
-                return taken;
-            }
-            if *position < self.discovered {
-                continue;
-            }
-            self.keys
-                .entry(routing_key.clone())
-                .or_default()
-                .pending
-                .push_back(*position);
-            self.pending_total += 1;
-            self.discovered = position + 1;
-            taken += 1;
+    pub fn discover(
+        &mut self,
+        records: &[(u64, Bytes)],
+        scanned_to: u64,
+        events: &mut Vec<ConsumerEvent>,
+    ) -> usize {
+        let room = PENDING_MAX.saturating_sub(self.pending_total);
+        let fresh: Vec<(u64, Bytes)> = records
+            .iter()
+            .filter(|(position, _)| *position >= self.discovered)
+            .take(room)
+            .cloned()
+            .collect();
+        let all_taken = fresh.len()
+            == records
+                .iter()
+                .filter(|(p, _)| *p >= self.discovered)
+                .count();
+        let scanned_to = match (all_taken, fresh.last()) {
+            (true, _) => scanned_to,
+            (false, Some((last, _))) => last + 1,
+            (false, None) => self.discovered,
+        };
+        let taken = fresh.len();
+        if fresh.is_empty() && scanned_to <= self.discovered {
+            return 0;
         }
-        self.discovered = self.discovered.max(scanned_to);
+        self.emit(
+            ConsumerEvent::Discovered {
+                records: fresh,
+                scanned_to,
+            },
+            events,
+        );
         taken
     }
 
@@ -206,16 +263,20 @@ impl Consumer {
 
     /// Hands out up to `max` (at most `max_batch`) leases at `now_ms`, one
     /// per routing key, keys in turn; releases expired leases first.
-    pub fn pull(&mut self, now_ms: u64, max: usize) -> Pulled {
+    pub fn pull(&mut self, now_ms: u64, max: usize, events: &mut Vec<ConsumerEvent>) -> Pulled {
         let max = max.min(self.config.max_batch);
         let mut out = Pulled::default();
         if max == 0 {
             return out;
         }
-        for state in self.keys.values_mut() {
-            if state.lease.is_some_and(|l| l.deadline_ms <= now_ms) {
-                state.lease = None;
-            }
+        let expired: Vec<Bytes> = self
+            .keys
+            .iter()
+            .filter(|(_, s)| s.lease.is_some_and(|l| l.deadline_ms <= now_ms))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for routing_key in expired {
+            self.emit(ConsumerEvent::Expired { routing_key }, events);
         }
         let order: Vec<Bytes> = match &self.after_key {
             Some(after) => self
@@ -230,7 +291,7 @@ impl Consumer {
             if out.deliveries.len() >= max {
                 break;
             }
-            let Some(state) = self.keys.get_mut(&routing_key) else {
+            let Some(state) = self.keys.get(&routing_key) else {
                 continue;
             };
             let Some(position) = state.head() else {
@@ -240,34 +301,36 @@ impl Consumer {
                 continue;
             }
             if state.head_attempts >= self.config.max_attempts {
-                state.dead_lettering = true;
                 out.poison.push(Poison {
                     routing_key: routing_key.clone(),
                     position,
                     attempts: state.head_attempts,
                 });
+                self.emit(ConsumerEvent::Poisoned { routing_key }, events);
                 continue;
             }
-            state.head_attempts += 1;
-            self.last_lease += 1;
+            let attempts = state.head_attempts + 1;
+            let lease = self.last_lease + 1;
             let deadline_ms = now_ms.saturating_add(self.config.visibility_ms);
-            state.lease = Some(Lease {
-                id: self.last_lease,
-                deadline_ms,
-            });
-            debug_assert!(state.head_attempts <= self.config.max_attempts);
+            debug_assert!(attempts <= self.config.max_attempts);
             out.deliveries.push(Delivery {
                 lease: LeaseRef {
                     routing_key: routing_key.clone(),
                     position,
-                    lease: self.last_lease,
+                    lease,
                 },
-                attempts: state.head_attempts,
+                attempts,
                 deadline_ms,
             });
-            self.after_key = Some(routing_key);
+            self.emit(
+                ConsumerEvent::Delivered {
+                    routing_key,
+                    lease,
+                    deadline_ms,
+                },
+                events,
+            );
         }
-        self.drop_empty_keys();
         out
     }
 
@@ -283,7 +346,12 @@ impl Consumer {
 
     /// Applies a settle as one change: every token is judged against the
     /// state before it (a token named twice counts once, then as stale).
-    pub fn settle<'a>(&mut self, now_ms: u64, settle: &'a Settle) -> Result<Settled, SettleError> {
+    pub fn settle<'a>(
+        &mut self,
+        now_ms: u64,
+        settle: &'a Settle,
+        events: &mut Vec<ConsumerEvent>,
+    ) -> Result<Settled, SettleError> {
         let items = settle.acks.len() + settle.retries.len() + settle.extends.len();
         if items > SETTLE_ITEMS_MAX {
             return Err(SettleError::TooManyItems);
@@ -292,77 +360,164 @@ impl Consumer {
         let mut take = |lease: &'a LeaseRef, consumer: &Consumer| -> bool {
             consumer.is_live(lease, now_ms) && seen.insert(lease)
         };
-        let acks: Vec<&LeaseRef> = settle.acks.iter().filter(|l| take(l, self)).collect();
-        let retries: Vec<(&LeaseRef, u64)> = settle
-            .retries
-            .iter()
-            .filter(|(l, _)| take(l, self))
-            .map(|(l, d)| (l, *d))
-            .collect();
-        let extends: Vec<(&LeaseRef, u64)> = settle
-            .extends
-            .iter()
-            .filter(|(l, _)| take(l, self))
-            .map(|(l, v)| (l, *v))
-            .collect();
-        let done = Settled {
-            acked: acks.len(),
-            retried: retries.len(),
-            extended: extends.len(),
-            stale: items - acks.len() - retries.len() - extends.len(),
-        };
-        for lease in acks {
-            if let Some(state) = self.keys.get_mut(&lease.routing_key) {
-                state.finish_head();
-                self.pending_total -= 1;
+        let mut decided: Vec<ConsumerEvent> = Vec::new();
+        let mut done = Settled::default();
+        for lease in &settle.acks {
+            if take(lease, self) {
+                done.acked += 1;
+                decided.push(ConsumerEvent::Finished {
+                    routing_key: lease.routing_key.clone(),
+                });
             }
         }
-        for (lease, delay_ms) in retries {
-            if let Some(state) = self.keys.get_mut(&lease.routing_key) {
-                state.lease = None;
-                state.visible_at_ms = now_ms.saturating_add(delay_ms);
+        for (lease, delay_ms) in &settle.retries {
+            if take(lease, self) {
+                done.retried += 1;
+                decided.push(ConsumerEvent::Retried {
+                    routing_key: lease.routing_key.clone(),
+                    visible_at_ms: now_ms.saturating_add(*delay_ms),
+                });
             }
         }
-        for (lease, visibility_ms) in extends {
-            if let Some(l) = self
-                .keys
-                .get_mut(&lease.routing_key)
-                .and_then(|s| s.lease.as_mut())
-            {
-                l.deadline_ms = now_ms.saturating_add(visibility_ms);
+        for (lease, visibility_ms) in &settle.extends {
+            if take(lease, self) {
+                done.extended += 1;
+                decided.push(ConsumerEvent::Extended {
+                    routing_key: lease.routing_key.clone(),
+                    deadline_ms: now_ms.saturating_add(*visibility_ms),
+                });
             }
         }
-        self.drop_empty_keys();
+        done.stale = items - done.acked - done.retried - done.extended;
+        for event in decided {
+            self.emit(event, events);
+        }
         Ok(done)
     }
 
     /// The poison record `position` of `routing_key` is dead-lettered
     /// (durably): it is done. False if it was not the key's poison record.
-    pub fn dead_lettered(&mut self, routing_key: &Bytes, position: u64) -> bool {
-        let Some(state) = self.keys.get_mut(routing_key) else {
-            return false;
-        };
-        if !state.dead_lettering || state.head() != Some(position) {
-            return false;
+    pub fn dead_lettered(
+        &mut self,
+        routing_key: &Bytes,
+        position: u64,
+        events: &mut Vec<ConsumerEvent>,
+    ) -> bool {
+        let poisoned = self
+            .keys
+            .get(routing_key)
+            .is_some_and(|s| s.dead_lettering && s.head() == Some(position));
+        if poisoned {
+            let routing_key = routing_key.clone();
+            self.emit(ConsumerEvent::Finished { routing_key }, events);
         }
-        state.finish_head();
-        self.pending_total -= 1;
-        self.drop_empty_keys();
-        true
+        poisoned
     }
 
     /// Dead-lettering `position` of `routing_key` failed: the next pull hands
     /// it out as poison again.
-    pub fn dead_letter_failed(&mut self, routing_key: &Bytes, position: u64) {
-        if let Some(state) = self.keys.get_mut(routing_key) {
-            if state.head() == Some(position) {
-                state.dead_lettering = false;
-            }
+    pub fn dead_letter_failed(
+        &mut self,
+        routing_key: &Bytes,
+        position: u64,
+        events: &mut Vec<ConsumerEvent>,
+    ) {
+        let poisoned = self
+            .keys
+            .get(routing_key)
+            .is_some_and(|s| s.dead_lettering && s.head() == Some(position));
+        if poisoned {
+            let routing_key = routing_key.clone();
+            self.emit(ConsumerEvent::DeadLetterFailed { routing_key }, events);
         }
     }
 
-    fn drop_empty_keys(&mut self) {
-        self.keys.retain(|_, s| !s.pending.is_empty());
+    fn emit(&mut self, event: ConsumerEvent, events: &mut Vec<ConsumerEvent>) {
+        self.apply(&event);
+        events.push(event);
+    }
+
+    /// Applies one event (a command's, or one read back from a log).
+    pub fn apply(&mut self, event: &ConsumerEvent) {
+        match event {
+            ConsumerEvent::Discovered {
+                records,
+                scanned_to,
+            } => {
+                for (position, routing_key) in records {
+                    self.keys
+                        .entry(routing_key.clone())
+                        .or_default()
+                        .pending
+                        .push_back(*position);
+                    self.pending_total += 1;
+                    self.discovered = self.discovered.max(position + 1);
+                }
+                self.discovered = self.discovered.max(*scanned_to);
+            }
+            ConsumerEvent::Expired { routing_key } => {
+                if let Some(state) = self.keys.get_mut(routing_key) {
+                    state.lease = None;
+                }
+            }
+            ConsumerEvent::Delivered {
+                routing_key,
+                lease,
+                deadline_ms,
+            } => {
+                if let Some(state) = self.keys.get_mut(routing_key) {
+                    state.head_attempts += 1;
+                    state.lease = Some(Lease {
+                        id: *lease,
+                        deadline_ms: *deadline_ms,
+                    });
+                }
+                self.last_lease = self.last_lease.max(*lease);
+                self.after_key = Some(routing_key.clone());
+            }
+            ConsumerEvent::Poisoned { routing_key } => {
+                if let Some(state) = self.keys.get_mut(routing_key) {
+                    state.dead_lettering = true;
+                }
+            }
+            ConsumerEvent::Finished { routing_key } => {
+                if let Some(state) = self.keys.get_mut(routing_key) {
+                    if state.head().is_some() {
+                        state.finish_head();
+                        self.pending_total -= 1;
+                    }
+                    if state.pending.is_empty() {
+                        self.keys.remove(routing_key);
+                    }
+                }
+            }
+            ConsumerEvent::Retried {
+                routing_key,
+                visible_at_ms,
+            } => {
+                if let Some(state) = self.keys.get_mut(routing_key) {
+                    state.lease = None;
+                    state.visible_at_ms = *visible_at_ms;
+                }
+            }
+            ConsumerEvent::Extended {
+                routing_key,
+                deadline_ms,
+            } => {
+                if let Some(lease) = self
+                    .keys
+                    .get_mut(routing_key)
+                    .and_then(|s| s.lease.as_mut())
+                {
+                    lease.deadline_ms = *deadline_ms;
+                }
+            }
+            ConsumerEvent::DeadLetterFailed { routing_key } => {
+                if let Some(state) = self.keys.get_mut(routing_key) {
+                    state.dead_lettering = false;
+                }
+            }
+        }
         debug_assert_eq!(
             self.keys.values().map(|s| s.pending.len()).sum::<usize>(),
             self.pending_total

@@ -209,6 +209,9 @@ proptest! {
         let mut delivered: Vec<LeaseRef> = Vec::new();
         let mut poison: Vec<Poison> = Vec::new();
         let mut dead_letters: HashSet<u64> = HashSet::new();
+        // Every event applied to a second consumer must rebuild the first.
+        let mut events: Vec<ConsumerEvent> = Vec::new();
+        let mut replica = Consumer::new(config);
         for command in commands {
             match command {
                 Command::Discover(keys) => {
@@ -220,13 +223,13 @@ proptest! {
                         })
                         .collect();
                     tail = next_position + 1;
-                    let taken = consumer.discover(&records, tail);
+                    let taken = consumer.discover(&records, tail, &mut events);
                     prop_assert_eq!(taken, records.len());
                     model.log.extend(records);
                 }
                 Command::Advance(ms) => now += ms,
                 Command::Pull(max) => {
-                    let got = consumer.pull(now, max);
+                    let got = consumer.pull(now, max, &mut events);
                     let want = model.pull(&config, now, max);
                     prop_assert_eq!(&got, &want);
                     for d in &got.deliveries {
@@ -249,7 +252,7 @@ proptest! {
                         // A lease id never given: stale, whatever it names.
                         settle.acks.push(LeaseRef { lease: lease.lease + 1_000_000 + forged, ..lease });
                     }
-                    let got = consumer.settle(now, &settle).expect("within bounds");
+                    let got = consumer.settle(now, &settle, &mut events).expect("within bounds");
                     let want = model.settle(now, &settle);
                     prop_assert_eq!(got, want);
                     prop_assert_eq!(
@@ -259,7 +262,7 @@ proptest! {
                 }
                 Command::DeadLettered(i) => {
                     if let Some(p) = pick(&poison, i) {
-                        let applied = consumer.dead_lettered(&p.routing_key, p.position);
+                        let applied = consumer.dead_lettered(&p.routing_key, p.position, &mut events);
                         let expected = model.dead_lettering.remove(&p.position)
                             && model.head(&p.routing_key) == Some(p.position);
                         prop_assert_eq!(applied, expected);
@@ -272,13 +275,17 @@ proptest! {
                 }
                 Command::DeadLetterFailed(i) => {
                     if let Some(p) = pick(&poison, i) {
-                        consumer.dead_letter_failed(&p.routing_key, p.position);
+                        consumer.dead_letter_failed(&p.routing_key, p.position, &mut events);
                         if model.head(&p.routing_key) == Some(p.position) {
                             model.dead_lettering.remove(&p.position);
                         }
                     }
                 }
             }
+            for event in events.drain(..) {
+                replica.apply(&event);
+            }
+            prop_assert_eq!(&replica, &consumer, "the events rebuild the state");
             let pending = model.log.iter().filter(|(p, _)| !model.done.contains(p)).count() as u64;
             prop_assert_eq!(consumer.backlog(tail), pending);
         }
@@ -295,15 +302,16 @@ fn discovery_pauses_at_the_pending_bound_and_resumes_after_the_last_record_taken
     let records: Vec<(u64, Bytes)> = (0..PENDING_MAX as u64 + 5)
         .map(|p| (p, Bytes::from_static(b"k")))
         .collect();
-    let taken = consumer.discover(&records, records.len() as u64);
+    let mut events = Vec::new();
+    let taken = consumer.discover(&records, records.len() as u64, &mut events);
     assert_eq!(taken, PENDING_MAX);
     assert_eq!(consumer.discover_from(), None);
-    let lease = consumer.pull(0, 1).deliveries[0].lease.clone();
+    let lease = consumer.pull(0, 1, &mut events).deliveries[0].lease.clone();
     let settle = Settle {
         acks: vec![lease],
         ..Settle::default()
     };
-    assert_eq!(consumer.settle(1, &settle).unwrap().acked, 1);
+    assert_eq!(consumer.settle(1, &settle, &mut events).unwrap().acked, 1);
     assert_eq!(consumer.discover_from(), Some(PENDING_MAX as u64));
 }
 
@@ -314,12 +322,18 @@ fn a_settle_beyond_its_bound_is_refused_whole() {
         max_attempts: 3,
         max_batch: 10,
     });
-    consumer.discover(&[(0, Bytes::from_static(b"k"))], 1);
-    let lease = consumer.pull(0, 1).deliveries[0].lease.clone();
+    let mut events = Vec::new();
+    consumer.discover(&[(0, Bytes::from_static(b"k"))], 1, &mut events);
+    let lease = consumer.pull(0, 1, &mut events).deliveries[0].lease.clone();
     let settle = Settle {
         acks: vec![lease; SETTLE_ITEMS_MAX + 1],
         ..Settle::default()
     };
-    assert_eq!(consumer.settle(1, &settle), Err(SettleError::TooManyItems));
+    let before = events.len();
+    assert_eq!(
+        consumer.settle(1, &settle, &mut events),
+        Err(SettleError::TooManyItems)
+    );
+    assert_eq!(events.len(), before, "no events");
     assert_eq!(consumer.backlog(1), 1, "nothing applied");
 }
