@@ -15,6 +15,7 @@
 //! that no wire id can equal (it starts with a byte headers cannot carry).
 
 pub mod config;
+pub mod consumer_config;
 pub mod cursor;
 pub mod scan_cursor;
 pub mod watch_cap;
