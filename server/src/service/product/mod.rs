@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod consumer_config;
+pub mod consumer_tokens;
 pub mod cursor;
 pub mod scan_cursor;
 pub mod watch_cap;
