@@ -55,6 +55,16 @@ pub struct LeaseRef {
     pub lease: u64,
 }
 
+impl LeaseRef {
+    /// The record this lease is on.
+    pub fn record(&self) -> RecordRef {
+        RecordRef {
+            routing_key: self.routing_key.clone(),
+            position: self.position,
+        }
+    }
+}
+
 /// One record handed out under a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -104,7 +114,16 @@ pub enum SettleError {
     TooManyItems,
 }
 
-/// One change of a consumer's state, as a log would carry it.
+/// A record of a key, as events name it: an event about a key's oldest
+/// record names that record, so a log replayed out of step is caught.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRef {
+    pub routing_key: Bytes,
+    pub position: u64,
+}
+
+/// One change of a consumer's state, as a log would carry it. Every event
+/// but `Discovered` is about a key's oldest pending record, which it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsumerEvent {
     /// Records found in the stream (all of them taken), and where the scan
@@ -115,32 +134,40 @@ pub enum ConsumerEvent {
     },
     /// A lease's deadline passed: the record is free again.
     Expired {
-        routing_key: Bytes,
+        record: RecordRef,
     },
     Delivered {
-        routing_key: Bytes,
+        record: RecordRef,
         lease: u64,
         deadline_ms: u64,
     },
-    /// The key's oldest record spent its attempts and awaits its dead letter.
+    /// The record spent its attempts and awaits its dead letter.
     Poisoned {
-        routing_key: Bytes,
+        record: RecordRef,
     },
-    /// The key's oldest record is done (acknowledged or dead-lettered).
+    /// The record is done (acknowledged or dead-lettered).
     Finished {
-        routing_key: Bytes,
+        record: RecordRef,
     },
     Retried {
-        routing_key: Bytes,
+        record: RecordRef,
         visible_at_ms: u64,
     },
     Extended {
-        routing_key: Bytes,
+        record: RecordRef,
         deadline_ms: u64,
     },
     DeadLetterFailed {
-        routing_key: Bytes,
+        record: RecordRef,
     },
+}
+
+/// An event that does not fit the state it is applied to (it names another
+/// record than the key's oldest): the log and the state disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a consumer event names position {position}, not the key's oldest pending record")]
+pub struct EventMismatch {
+    pub position: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,14 +296,19 @@ impl Consumer {
         if max == 0 {
             return out;
         }
-        let expired: Vec<Bytes> = self
+        let expired: Vec<RecordRef> = self
             .keys
             .iter()
             .filter(|(_, s)| s.lease.is_some_and(|l| l.deadline_ms <= now_ms))
-            .map(|(k, _)| k.clone())
+            .filter_map(|(k, s)| {
+                Some(RecordRef {
+                    routing_key: k.clone(),
+                    position: s.head()?,
+                })
+            })
             .collect();
-        for routing_key in expired {
-            self.emit(ConsumerEvent::Expired { routing_key }, events);
+        for record in expired {
+            self.emit(ConsumerEvent::Expired { record }, events);
         }
         let order: Vec<Bytes> = match &self.after_key {
             Some(after) => self
@@ -306,7 +338,11 @@ impl Consumer {
                     position,
                     attempts: state.head_attempts,
                 });
-                self.emit(ConsumerEvent::Poisoned { routing_key }, events);
+                let record = RecordRef {
+                    routing_key,
+                    position,
+                };
+                self.emit(ConsumerEvent::Poisoned { record }, events);
                 continue;
             }
             let attempts = state.head_attempts + 1;
@@ -324,7 +360,10 @@ impl Consumer {
             });
             self.emit(
                 ConsumerEvent::Delivered {
-                    routing_key,
+                    record: RecordRef {
+                        routing_key,
+                        position,
+                    },
                     lease,
                     deadline_ms,
                 },
@@ -366,7 +405,7 @@ impl Consumer {
             if take(lease, self) {
                 done.acked += 1;
                 decided.push(ConsumerEvent::Finished {
-                    routing_key: lease.routing_key.clone(),
+                    record: lease.record(),
                 });
             }
         }
@@ -374,7 +413,7 @@ impl Consumer {
             if take(lease, self) {
                 done.retried += 1;
                 decided.push(ConsumerEvent::Retried {
-                    routing_key: lease.routing_key.clone(),
+                    record: lease.record(),
                     visible_at_ms: now_ms.saturating_add(*delay_ms),
                 });
             }
@@ -383,7 +422,7 @@ impl Consumer {
             if take(lease, self) {
                 done.extended += 1;
                 decided.push(ConsumerEvent::Extended {
-                    routing_key: lease.routing_key.clone(),
+                    record: lease.record(),
                     deadline_ms: now_ms.saturating_add(*visibility_ms),
                 });
             }
@@ -408,8 +447,11 @@ impl Consumer {
             .get(routing_key)
             .is_some_and(|s| s.dead_lettering && s.head() == Some(position));
         if poisoned {
-            let routing_key = routing_key.clone();
-            self.emit(ConsumerEvent::Finished { routing_key }, events);
+            let record = RecordRef {
+                routing_key: routing_key.clone(),
+                position,
+            };
+            self.emit(ConsumerEvent::Finished { record }, events);
         }
         poisoned
     }
@@ -427,18 +469,34 @@ impl Consumer {
             .get(routing_key)
             .is_some_and(|s| s.dead_lettering && s.head() == Some(position));
         if poisoned {
-            let routing_key = routing_key.clone();
-            self.emit(ConsumerEvent::DeadLetterFailed { routing_key }, events);
+            let record = RecordRef {
+                routing_key: routing_key.clone(),
+                position,
+            };
+            self.emit(ConsumerEvent::DeadLetterFailed { record }, events);
         }
     }
 
     fn emit(&mut self, event: ConsumerEvent, events: &mut Vec<ConsumerEvent>) {
-        self.apply(&event);
+        let applied = self.apply(&event);
+        debug_assert!(applied.is_ok(), "a command's own event fits: {applied:?}");
         events.push(event);
     }
 
-    /// Applies one event (a command's, or one read back from a log).
-    pub fn apply(&mut self, event: &ConsumerEvent) {
+    /// The state of `record`'s key if `record` is its oldest pending one.
+    fn head_state(&mut self, record: &RecordRef) -> Result<&mut KeyState, EventMismatch> {
+        self.keys
+            .get_mut(&record.routing_key)
+            .filter(|s| s.head() == Some(record.position))
+            .ok_or(EventMismatch {
+                position: record.position,
+            })
+    }
+
+    /// Applies one event (a command's, or one read back from a log); an
+    /// event that names another record than its key's oldest changes
+    /// nothing and is refused.
+    pub fn apply(&mut self, event: &ConsumerEvent) -> Result<(), EventMismatch> {
         match event {
             ConsumerEvent::Discovered {
                 records,
@@ -455,72 +513,55 @@ impl Consumer {
                 }
                 self.discovered = self.discovered.max(*scanned_to);
             }
-            ConsumerEvent::Expired { routing_key } => {
-                if let Some(state) = self.keys.get_mut(routing_key) {
-                    state.lease = None;
-                }
-            }
+            ConsumerEvent::Expired { record } => self.head_state(record)?.lease = None,
             ConsumerEvent::Delivered {
-                routing_key,
+                record,
                 lease,
                 deadline_ms,
             } => {
-                if let Some(state) = self.keys.get_mut(routing_key) {
-                    state.head_attempts += 1;
-                    state.lease = Some(Lease {
-                        id: *lease,
-                        deadline_ms: *deadline_ms,
-                    });
-                }
+                let state = self.head_state(record)?;
+                state.head_attempts += 1;
+                state.lease = Some(Lease {
+                    id: *lease,
+                    deadline_ms: *deadline_ms,
+                });
                 self.last_lease = self.last_lease.max(*lease);
-                self.after_key = Some(routing_key.clone());
+                self.after_key = Some(record.routing_key.clone());
             }
-            ConsumerEvent::Poisoned { routing_key } => {
-                if let Some(state) = self.keys.get_mut(routing_key) {
-                    state.dead_lettering = true;
-                }
-            }
-            ConsumerEvent::Finished { routing_key } => {
-                if let Some(state) = self.keys.get_mut(routing_key) {
-                    if state.head().is_some() {
-                        state.finish_head();
-                        self.pending_total -= 1;
-                    }
-                    if state.pending.is_empty() {
-                        self.keys.remove(routing_key);
-                    }
+            ConsumerEvent::Poisoned { record } => self.head_state(record)?.dead_lettering = true,
+            ConsumerEvent::Finished { record } => {
+                let state = self.head_state(record)?;
+                state.finish_head();
+                let empty = state.pending.is_empty();
+                self.pending_total -= 1;
+                if empty {
+                    self.keys.remove(&record.routing_key);
                 }
             }
             ConsumerEvent::Retried {
-                routing_key,
+                record,
                 visible_at_ms,
             } => {
-                if let Some(state) = self.keys.get_mut(routing_key) {
-                    state.lease = None;
-                    state.visible_at_ms = *visible_at_ms;
-                }
+                let state = self.head_state(record)?;
+                state.lease = None;
+                state.visible_at_ms = *visible_at_ms;
             }
             ConsumerEvent::Extended {
-                routing_key,
+                record,
                 deadline_ms,
             } => {
-                if let Some(lease) = self
-                    .keys
-                    .get_mut(routing_key)
-                    .and_then(|s| s.lease.as_mut())
-                {
+                if let Some(lease) = self.head_state(record)?.lease.as_mut() {
                     lease.deadline_ms = *deadline_ms;
                 }
             }
-            ConsumerEvent::DeadLetterFailed { routing_key } => {
-                if let Some(state) = self.keys.get_mut(routing_key) {
-                    state.dead_lettering = false;
-                }
+            ConsumerEvent::DeadLetterFailed { record } => {
+                self.head_state(record)?.dead_lettering = false;
             }
         }
         debug_assert_eq!(
             self.keys.values().map(|s| s.pending.len()).sum::<usize>(),
             self.pending_total
         );
+        Ok(())
     }
 }

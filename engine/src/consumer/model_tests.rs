@@ -283,7 +283,7 @@ proptest! {
                 }
             }
             for event in events.drain(..) {
-                replica.apply(&event);
+                prop_assert_eq!(replica.apply(&event), Ok(()));
             }
             prop_assert_eq!(&replica, &consumer, "the events rebuild the state");
             let pending = model.log.iter().filter(|(p, _)| !model.done.contains(p)).count() as u64;
@@ -336,4 +336,32 @@ fn a_settle_beyond_its_bound_is_refused_whole() {
     );
     assert_eq!(events.len(), before, "no events");
     assert_eq!(consumer.backlog(1), 1, "nothing applied");
+}
+
+#[test]
+fn an_event_for_another_record_than_the_keys_oldest_changes_nothing() {
+    let mut consumer = Consumer::new(ConsumerConfig {
+        visibility_ms: 1_000,
+        max_attempts: 3,
+        max_batch: 10,
+    });
+    let key = Bytes::from_static(b"k");
+    let mut events = Vec::new();
+    consumer.discover(&[(4, key.clone()), (9, key.clone())], 10, &mut events);
+    let before = consumer.clone();
+    let later = ConsumerEvent::Finished {
+        record: RecordRef {
+            routing_key: key.clone(),
+            position: 9,
+        },
+    };
+    assert_eq!(consumer.apply(&later), Err(EventMismatch { position: 9 }));
+    let unknown = ConsumerEvent::Poisoned {
+        record: RecordRef {
+            routing_key: Bytes::from_static(b"other"),
+            position: 4,
+        },
+    };
+    assert!(consumer.apply(&unknown).is_err());
+    assert_eq!(consumer, before);
 }
