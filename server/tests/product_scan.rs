@@ -255,3 +255,52 @@ async fn scan_pages_render_bytes_as_base64_and_refuse_cursors_not_their_own() {
         .await
         .expect_error(400, "invalid_cursor");
 }
+
+/// A fork's scan walks its source first, up to the fork point, as a read
+/// does (a source contributes its default key only), then the fork's own
+/// records of every key; the source's later records are not the fork's.
+#[tokio::test]
+async fn a_forks_scan_reads_its_source_up_to_the_fork_point_then_its_own_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let api = Api::new(&server, Some(TOKEN), DEV_KEY);
+    assert_eq!(api.create("src", JSON_WATCHED).await.status, 201);
+    for n in 0..3 {
+        let answer = api
+            .append("src", "", &json!({"k": "", "n": n}).to_string())
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let fork = Api::send(
+        common::client()
+            .put(format!("{}/v1/stream/fork", server.base))
+            .bearer_auth(TOKEN)
+            .header("stream-encryption-key", DEV_KEY)
+            .header("content-type", "application/json")
+            .header("stream-forked-from", "/v1/stream/src"),
+    )
+    .await;
+    assert_eq!(fork.status, 201, "{}", fork.text());
+    // After the fork point: the source's record is not the fork's.
+    let late = api
+        .append("src", "", &json!({"k": "", "n": 99}).to_string())
+        .await;
+    assert_eq!(late.status, 200);
+    append_records(&api, "fork", "a", 10, 2).await;
+    let (items, next) = page(&scan(&api, "fork", None, 4096).await);
+    assert!(next.is_none(), "one page");
+    let got: Vec<(String, u64)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["routingKey"].as_str().unwrap().to_string(),
+                i["value"]["n"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64)> = [("", 0), ("", 1), ("", 2), ("a", 10), ("a", 11)]
+        .iter()
+        .map(|(k, n)| (k.to_string(), *n))
+        .collect();
+    assert_eq!(got, want);
+}
