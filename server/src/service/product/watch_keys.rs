@@ -12,11 +12,12 @@
 //!
 //! `canonical` is JSON text without whitespace, with object members sorted
 //! by their names' UTF-16 code units (JavaScript's default sort), strings
-//! escaped as `JSON.stringify` escapes them, and numbers printed as
-//! JavaScript prints them (`Number.prototype.toString`): integral values as
-//! integers (`1.0` is `1`), others in the shortest form that reads back the
-//! same, with an exponent outside `1e-7 < |x| < 1e21`. So string, number,
-//! boolean, null, array and object values never collide.
+//! escaped as `JSON.stringify` escapes them, and numbers read as doubles and
+//! printed as JavaScript prints them (`Number.prototype.toString`): integral
+//! values as integers (`1.0` is `1`; beyond 2^53, the nearest double's
+//! digits), others in the shortest form that reads back the same, with an
+//! exponent outside `1e-7 < |x| < 1e21`. So string, number, boolean, null,
+//! array and object values never collide.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -130,14 +131,10 @@ fn write_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// A JSON number as JavaScript prints it.
+/// A JSON number as JavaScript prints it: JavaScript reads every number
+/// as a double, so integers beyond 2^53 print as their nearest double does
+/// (`18446744073709551615` is `18446744073709552000`).
 fn js_number(n: &serde_json::Number) -> String {
-    if let Some(i) = n.as_i64() {
-        return i.to_string();
-    }
-    if let Some(u) = n.as_u64() {
-        return u.to_string();
-    }
     js_float(n.as_f64().unwrap_or(0.0))
 }
 
@@ -201,8 +198,10 @@ mod tests {
             ("0.000001", "0.000001"),
             ("1e-7", "1e-7"),
             ("-2.5e-8", "-2.5e-8"),
-            ("18446744073709551615", "18446744073709551615"),
-            ("-9007199254740993", "-9007199254740993"),
+            ("18446744073709551615", "18446744073709552000"),
+            ("-9007199254740993", "-9007199254740992"),
+            ("9007199254740991", "9007199254740991"),
+            ("-7", "-7"),
         ];
         for (text, expected) in cases {
             let value: Value = serde_json::from_str(text).unwrap();
@@ -265,5 +264,75 @@ mod tests {
             assert_eq!(WatchKey::parse(bad), None, "{bad}");
         }
         assert_eq!(WatchKey(255).hex(), "00000000000000ff");
+    }
+}
+
+/// The shared vectors in `docs/vectors/watches.json` (the SDK's tests read
+/// the same file): canonical texts, definition ids and watch keys.
+#[cfg(test)]
+mod shared_vectors {
+    use super::*;
+
+    const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/vectors/watches.json");
+
+    /// What the implementation computes for the file's inputs.
+    fn computed(inputs: &Value) -> Value {
+        let epoch: [u8; 16] = hex::decode(inputs["epoch"].as_str().unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap();
+        let canonical_cases: Vec<Value> = inputs["canonical"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|case| {
+                let text = case["json"].as_str().unwrap();
+                let value: Value = serde_json::from_str(text).unwrap();
+                serde_json::json!({"json": text, "canonical": canonical(&value)})
+            })
+            .collect();
+        let key_cases: Vec<Value> = inputs["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|case| {
+                let def: WatchDef = serde_json::from_value(case["watch"].clone()).unwrap();
+                let id = definition_id(&epoch, &def);
+                let record: Value = serde_json::from_str(case["record"].as_str().unwrap()).unwrap();
+                serde_json::json!({
+                    "watch": case["watch"],
+                    "record": case["record"],
+                    "definitionId": hex::encode(id),
+                    "watchKey": watch_key(&id, &def, &record).map(|k| k.hex()),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "about": inputs["about"],
+            "epoch": inputs["epoch"],
+            "canonical": canonical_cases,
+            "keys": key_cases,
+        })
+    }
+
+    #[test]
+    fn the_shared_vectors_hold() {
+        let file: Value = serde_json::from_str(&std::fs::read_to_string(PATH).unwrap()).unwrap();
+        let want = computed(&file);
+        if std::env::var_os("STRATA_WRITE_VECTORS").is_some() {
+            let text = serde_json::to_string_pretty(&want).unwrap() + "\n";
+            std::fs::write(PATH, text).unwrap();
+            return;
+        }
+        assert_eq!(
+            file, want,
+            "docs/vectors/watches.json and the implementation disagree"
+        );
+        // The file's first key vector is the one FORMATS.md §9.3 states.
+        assert_eq!(
+            file["keys"][0]["definitionId"],
+            "b229a5b96416ccb31bbbeba84e961592"
+        );
+        assert_eq!(file["keys"][0]["watchKey"], "e50c5bb85a187117");
     }
 }
