@@ -82,6 +82,16 @@ pub struct Poison {
     pub attempts: u32,
 }
 
+impl Poison {
+    /// The record to dead-letter.
+    pub fn record(&self) -> RecordRef {
+        RecordRef {
+            routing_key: self.routing_key.clone(),
+            position: self.position,
+        }
+    }
+}
+
 /// What a pull hands out.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pulled {
@@ -253,17 +263,13 @@ impl Consumer {
         events: &mut Vec<ConsumerEvent>,
     ) -> usize {
         let room = PENDING_MAX.saturating_sub(self.pending_total);
-        let fresh: Vec<(u64, Bytes)> = records
+        let mut fresh: Vec<(u64, Bytes)> = records
             .iter()
             .filter(|(position, _)| *position >= self.discovered)
-            .take(room)
             .cloned()
             .collect();
-        let all_taken = fresh.len()
-            == records
-                .iter()
-                .filter(|(p, _)| *p >= self.discovered)
-                .count();
+        let all_taken = fresh.len() <= room;
+        fresh.truncate(room);
         let scanned_to = match (all_taken, fresh.last()) {
             (true, _) => scanned_to,
             (false, Some((last, _))) => last + 1,
@@ -434,45 +440,29 @@ impl Consumer {
         Ok(done)
     }
 
-    /// The poison record `position` of `routing_key` is dead-lettered
-    /// (durably): it is done. False if it was not the key's poison record.
-    pub fn dead_lettered(
-        &mut self,
-        routing_key: &Bytes,
-        position: u64,
-        events: &mut Vec<ConsumerEvent>,
-    ) -> bool {
-        let poisoned = self
-            .keys
-            .get(routing_key)
-            .is_some_and(|s| s.dead_lettering && s.head() == Some(position));
+    /// Whether `record` is its key's oldest record, handed out as poison.
+    fn is_poison(&self, record: &RecordRef) -> bool {
+        self.keys
+            .get(&record.routing_key)
+            .is_some_and(|s| s.dead_lettering && s.head() == Some(record.position))
+    }
+
+    /// The poison `record` is dead-lettered (durably): it is done. False if
+    /// it was not its key's poison record.
+    pub fn dead_lettered(&mut self, record: &RecordRef, events: &mut Vec<ConsumerEvent>) -> bool {
+        let poisoned = self.is_poison(record);
         if poisoned {
-            let record = RecordRef {
-                routing_key: routing_key.clone(),
-                position,
-            };
+            let record = record.clone();
             self.emit(ConsumerEvent::Finished { record }, events);
         }
         poisoned
     }
 
-    /// Dead-lettering `position` of `routing_key` failed: the next pull hands
-    /// it out as poison again.
-    pub fn dead_letter_failed(
-        &mut self,
-        routing_key: &Bytes,
-        position: u64,
-        events: &mut Vec<ConsumerEvent>,
-    ) {
-        let poisoned = self
-            .keys
-            .get(routing_key)
-            .is_some_and(|s| s.dead_lettering && s.head() == Some(position));
-        if poisoned {
-            let record = RecordRef {
-                routing_key: routing_key.clone(),
-                position,
-            };
+    /// Dead-lettering `record` failed: the next pull hands it out as poison
+    /// again.
+    pub fn dead_letter_failed(&mut self, record: &RecordRef, events: &mut Vec<ConsumerEvent>) {
+        if self.is_poison(record) {
+            let record = record.clone();
             self.emit(ConsumerEvent::DeadLetterFailed { record }, events);
         }
     }

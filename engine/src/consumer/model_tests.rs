@@ -262,7 +262,7 @@ proptest! {
                 }
                 Command::DeadLettered(i) => {
                     if let Some(p) = pick(&poison, i) {
-                        let applied = consumer.dead_lettered(&p.routing_key, p.position, &mut events);
+                        let applied = consumer.dead_lettered(&p.record(), &mut events);
                         let expected = model.dead_lettering.remove(&p.position)
                             && model.head(&p.routing_key) == Some(p.position);
                         prop_assert_eq!(applied, expected);
@@ -275,7 +275,7 @@ proptest! {
                 }
                 Command::DeadLetterFailed(i) => {
                     if let Some(p) = pick(&poison, i) {
-                        consumer.dead_letter_failed(&p.routing_key, p.position, &mut events);
+                        consumer.dead_letter_failed(&p.record(), &mut events);
                         if model.head(&p.routing_key) == Some(p.position) {
                             model.dead_lettering.remove(&p.position);
                         }

@@ -113,13 +113,7 @@ pub fn parse_request(
     if product::is_observation_path(path) {
         // Authorized by its capability, which names the project.
         let route = product::parse_route(method, path, query, headers)?;
-        let project = match &route {
-            product::ProductRoute::Collection { op, .. } => match op.as_ref() {
-                product::CollectionOp::Observe(call) => call.project().to_string(),
-                _ => String::new(),
-            },
-            _ => String::new(),
-        };
+        let project = route.capability_project().unwrap_or_default().to_string();
         return Ok(Command::Product { project, route });
     }
     let Ok(project) = project else {

@@ -65,6 +65,20 @@ pub enum ProductRoute {
     },
 }
 
+impl ProductRoute {
+    /// The project an observation's capability names (`None`: not an
+    /// observation).
+    pub fn capability_project(&self) -> Option<&str> {
+        match self {
+            ProductRoute::Collection { op, .. } => match op.as_ref() {
+                CollectionOp::Observe(call) => Some(call.project()),
+                _ => None,
+            },
+            ProductRoute::Catalog { .. } => None,
+        }
+    }
+}
+
 /// Where a key read starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CursorParam {
@@ -174,62 +188,58 @@ fn watch_route(
     allow_only: &dyn Fn(&[&str]) -> Result<(), ApiError>,
 ) -> Option<Result<ProductRoute, ApiError>> {
     let (raw_name, path) = split_watch_path(rest)?;
-    let route = (|| {
-        if method != Method::GET {
-            return Err(method_not_allowed("GET"));
-        }
-        let name = collection_name(raw_name)?;
-        let decode = |text: &str| {
-            percent_decode(text.as_bytes())
-                .decode_utf8()
-                .map(|s| s.into_owned())
-                .map_err(|_| bad("invalid_name", "a watch name is UTF-8"))
-        };
-        let op = match path {
-            WatchPath::List => {
-                allow_only(&[])?;
-                CollectionOp::Watches
-            }
-            WatchPath::One(watch) => {
-                allow_only(&[])?;
-                CollectionOp::Watch {
-                    watch: decode(watch)?,
-                }
-            }
-            WatchPath::Key(watch, key) => {
-                allow_only(&["cursor", "timeoutMs", "cap"])?;
-                let key = WatchKey::parse(key)
-                    .ok_or_else(|| bad("invalid_watch_key", "a watch key is 16 hex characters"))?;
-                let from_header = headers
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Prisma-Watch "))
-                    .map(|v| v.trim().to_string());
-                let wait = match param("timeoutMs") {
-                    None => Duration::from_millis(WAIT_MS_MAX),
-                    Some(text) => Duration::from_millis(
-                        text.parse::<u64>()
-                            .map_err(|_| {
-                                bad("invalid_parameter", "timeoutMs must be a whole number")
-                            })?
-                            .min(WAIT_MS_MAX),
-                    ),
-                };
-                CollectionOp::Observe(ObserveCall {
-                    watch: decode(watch)?,
-                    key,
-                    capability: from_header.or_else(|| param("cap")).unwrap_or_default(),
-                    cursor: param("cursor").filter(|c| !c.is_empty()),
-                    wait,
-                })
-            }
-        };
+    if method != Method::GET {
+        return Some(Err(method_not_allowed("GET")));
+    }
+    Some(collection_name(raw_name).and_then(|name| {
         Ok(ProductRoute::Collection {
             name,
-            op: Box::new(op),
+            op: Box::new(watch_op(path, headers, param, allow_only)?),
         })
-    })();
-    Some(route)
+    }))
+}
+
+/// The operation of a watch path.
+fn watch_op(
+    path: WatchPath<'_>,
+    headers: &HeaderMap,
+    param: &dyn Fn(&str) -> Option<String>,
+    allow_only: &dyn Fn(&[&str]) -> Result<(), ApiError>,
+) -> Result<CollectionOp, ApiError> {
+    let decode = |text: &str| {
+        percent_decode(text.as_bytes())
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| bad("invalid_name", "a watch name is UTF-8"))
+    };
+    let (watch, key) = match path {
+        WatchPath::List => {
+            allow_only(&[])?;
+            return Ok(CollectionOp::Watches);
+        }
+        WatchPath::One(watch) => {
+            allow_only(&[])?;
+            return Ok(CollectionOp::Watch {
+                watch: decode(watch)?,
+            });
+        }
+        WatchPath::Key(watch, key) => (watch, key),
+    };
+    allow_only(&["cursor", "timeoutMs", "cap"])?;
+    let key = WatchKey::parse(key)
+        .ok_or_else(|| bad("invalid_watch_key", "a watch key is 16 hex characters"))?;
+    let from_header = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Prisma-Watch "))
+        .map(|v| v.trim().to_string());
+    Ok(CollectionOp::Observe(ObserveCall {
+        watch: decode(watch)?,
+        key,
+        capability: from_header.or_else(|| param("cap")).unwrap_or_default(),
+        cursor: param("cursor").filter(|c| !c.is_empty()),
+        wait: wait_param("timeoutMs", param("timeoutMs").as_deref())?,
+    }))
 }
 
 /// Whether `path` is a watch observation (authorized by its capability,
@@ -402,12 +412,19 @@ fn max_bytes_param(
     }
 }
 
-fn wait_param(value: Option<&str>) -> Result<Duration, ApiError> {
+/// A live wait (`waitMs`, `timeoutMs`): a whole number of milliseconds,
+/// [`WAIT_MS_MAX`] when absent, clamped to it.
+fn wait_param(name: &str, value: Option<&str>) -> Result<Duration, ApiError> {
     let ms = match value {
         None => WAIT_MS_MAX,
         Some(text) => text
             .parse::<u64>()
-            .map_err(|_| bad("invalid_parameter", "waitMs must be a whole number"))?
+            .map_err(|_| {
+                bad(
+                    "invalid_parameter",
+                    format!("{name} must be a whole number"),
+                )
+            })?
             .min(WAIT_MS_MAX),
     };
     Ok(Duration::from_millis(ms))
@@ -548,13 +565,13 @@ pub fn parse_route(
                 Target::LongPoll => {
                     allow_only(&["routingKey", "cursor", "maxBytes", "waitMs"])?;
                     Transport::LongPoll {
-                        wait: wait_param(param("waitMs"))?,
+                        wait: wait_param("waitMs", param("waitMs"))?,
                     }
                 }
                 _ => {
                     allow_only(&["routingKey", "cursor", "maxBytes", "waitMs"])?;
                     Transport::Sse {
-                        wait: wait_param(param("waitMs"))?,
+                        wait: wait_param("waitMs", param("waitMs"))?,
                     }
                 }
             };

@@ -70,15 +70,12 @@ pub async fn observe(state: &Arc<AppState>, name: &str, call: ObserveCall) -> Ap
     };
     // The lookup is bounded like any request's; the wait by `timeoutMs`.
     let deadline = state.deadline() + call.wait;
+    // A missing collection is `Unauthorized` already; the errors left are
+    // the store's and the shard's (retryable), which say nothing of it.
     let outcome = state
         .bounded(deadline, state.streams.observe_watch(request))
-        .await;
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        // Nothing about the collection leaks before the capability is
-        // checked: only errors of a lookup that found it come this far.
-        Err(e) => return Err(service_error(e)),
-    };
+        .await
+        .map_err(service_error)?;
     match outcome {
         WatchOutcome::Unauthorized => Err(unauthorized()),
         WatchOutcome::BadCursor => Err(bad("invalid_cursor", "not a cursor of this watch key")),

@@ -442,26 +442,31 @@ mod tests {
         );
     }
 
+    /// Our own heartbeat PUT returned at 1_060 and is listed with the whole
+    /// second 1_000: one store-clock sample, 60 ms ahead.
+    fn sample_own_write(m: &mut Membership) {
+        m.wrote_own(Some(OwnWrite {
+            e_tag: "\"own1\"".into(),
+            ended_ms: 1_060,
+        }));
+        m.saw_own(&Sighting {
+            instance: InstanceId([9; 16]),
+            modified_ms: 1_000,
+            e_tag: Some("own1".into()),
+            size: 100,
+        });
+    }
+
     /// A listing that runs just before a member's beat shows each of its
     /// writes a beat late; the store's stamp dates the change earlier — never
     /// before the write started — and the verdict comes that much sooner.
     #[test]
     fn a_change_is_dated_by_its_stamp_when_the_store_clock_is_known() {
         let mut m = Membership::new(6_000, u64::MAX);
-        let me = InstanceId([9; 16]);
         let a = InstanceId([1; 16]);
         // The store lists whole seconds and runs with our clock. Our own
         // PUT returned at 1_060; the store stamped it at 1_040 (listed 1_000).
-        m.wrote_own(Some(OwnWrite {
-            e_tag: "\"own1\"".into(),
-            ended_ms: 1_060,
-        }));
-        m.saw_own(&Sighting {
-            instance: me,
-            modified_ms: 1_000,
-            e_tag: Some("own1".into()),
-            size: 100,
-        });
+        sample_own_write(&mut m);
         m.observe(Listed::at(1_900), &[sighting(1, 0, "a0")]);
         m.read(a, Some(heartbeat(1)), 1_900);
         // a's PUT started at 2_000 and was stamped at 2_050 (listed 2_000);
@@ -489,17 +494,7 @@ mod tests {
     fn an_unchanged_sighting_does_not_crowd_out_the_store_clock_samples() {
         use super::super::store_clock::{SAMPLES_MAX, SLACK_MS};
         let mut m = Membership::new(6_000, u64::MAX);
-        let me = InstanceId([9; 16]);
-        m.wrote_own(Some(OwnWrite {
-            e_tag: "\"own1\"".into(),
-            ended_ms: 1_060,
-        }));
-        m.saw_own(&Sighting {
-            instance: me,
-            modified_ms: 1_000,
-            e_tag: Some("own1".into()),
-            size: 100,
-        });
+        sample_own_write(&mut m);
         let tight_ms = 5_000 + 60 + 1_000 + SLACK_MS;
         assert_eq!(m.store_clock.stamped_by_ms(5_000), Some(tight_ms));
         for n in 0..(SAMPLES_MAX as u64 + 8) {
