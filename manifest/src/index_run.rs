@@ -1,4 +1,4 @@
-//! Index runs (format version 1): immutable objects holding a shard's sealed
+//! Index runs (format version 2; version 1 is still read): immutable objects holding a shard's sealed
 //! state, sorted by stream. `docs/FORMATS.md` ("Index runs") is the prose twin.
 //!
 //! A run is written by a seal (or by merging runs) and listed by the manifest.
@@ -13,7 +13,9 @@
 //! entry count u32
 //! entries, sorted by stream id, each stream once:
 //!   stream id [16] · incarnation u64 · tail · chunk count u32 ·
-//!   chunks × (length u32 · chunk reference bytes, opaque here)
+//!   chunks × (length u32 · chunk reference bytes, opaque here) ·
+//!   consumers length u32 · consumer table bytes (opaque here; version 2 only,
+//!   absent in version 1, where it reads as empty)
 //! tail:
 //!   status u8 (0 open, 1 closed, 2 deleted) · next offset u64 · payload bytes u64
 //!   created ms u64 · closed ms u64 · last append ms u64 (u64::MAX: none)
@@ -28,7 +30,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use strata_codec::{ReadBytes, ReadError};
 
 pub const MAGIC: [u8; 8] = *b"STRATAIX";
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+/// The older version the decoder still reads (no consumer tables).
+pub const FORMAT_VERSION_V1: u16 = 1;
+/// Largest consumer table of one stream in a run.
+pub const CONSUMERS_BYTES_MAX: usize = 256 << 20;
 pub const RUN_BYTES_MAX: usize = 1 << 30;
 const NONE_MS: u64 = u64::MAX;
 const ID_BYTES_MAX: usize = 256;
@@ -106,6 +112,9 @@ pub struct RunEntry {
     pub tail: TailRecord,
     /// Chunk references sealed by this run (encoded by the segments format).
     pub chunks: Vec<Bytes>,
+    /// The stream's consumer groups after the run (the engine's encoding;
+    /// empty: none). Shadows older runs' like the tail does.
+    pub consumers: Bytes,
 }
 
 /// An index run.
@@ -129,6 +138,12 @@ fn check(run: &IndexRun) -> Result<(), IndexRunError> {
         });
     }
     for e in &run.entries {
+        if e.consumers.len() > CONSUMERS_BYTES_MAX {
+            return Err(IndexRunError::Invalid {
+                field: "consumers",
+                reason: "larger than 256 MiB",
+            });
+        }
         if e.tail.producers.iter().any(|p| p.id.len() > ID_BYTES_MAX)
             || e.tail
                 .stream_seq
@@ -199,6 +214,8 @@ pub fn encode(run: &IndexRun) -> Result<Bytes, IndexRunError> {
             b.put_u32_le(c.len() as u32);
             b.put_slice(c);
         }
+        b.put_u32_le(e.consumers.len() as u32);
+        b.put_slice(&e.consumers);
     }
     let crc = crc32c::crc32c(&b);
     b.put_u32_le(crc);
@@ -220,7 +237,7 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
         return Err(IndexRunError::BadMagic);
     }
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_V1 {
         return Err(IndexRunError::UnsupportedVersion { found: version });
     }
     let crc_at = len - 4;
@@ -300,6 +317,11 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
         for _ in 0..chunk_count {
             chunks.push(b.read_prefixed_u32("chunk length", "chunk")?);
         }
+        let consumers = if version == FORMAT_VERSION_V1 {
+            Bytes::new()
+        } else {
+            b.read_prefixed_u32("consumers length", "consumers")?
+        };
         entries.push(RunEntry {
             stream_id,
             incarnation,
@@ -316,6 +338,7 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
                 producers,
             },
             chunks,
+            consumers,
         });
     }
     if !b.is_empty() {
@@ -370,6 +393,7 @@ mod tests {
                     incarnation: 2,
                     tail: tail(10),
                     chunks: vec![Bytes::from_static(b"chunk-ref-1"), Bytes::from_static(b"2")],
+                    consumers: Bytes::from_static(b"consumer-table"),
                 },
                 RunEntry {
                     stream_id: [9; 16],
@@ -381,6 +405,7 @@ mod tests {
                         ..tail(0)
                     },
                     chunks: vec![],
+                    consumers: Bytes::new(),
                 },
             ],
         }
@@ -390,6 +415,20 @@ mod tests {
     fn round_trip() {
         let run = sample();
         assert_eq!(decode(&encode(&run).unwrap()).unwrap(), run);
+    }
+
+    #[test]
+    fn a_version_1_run_reads_with_no_consumers() {
+        let mut run = sample();
+        run.entries.truncate(1);
+        run.entries[0].consumers = Bytes::new();
+        let v2 = encode(&run).unwrap();
+        // Version 1 is version 2 without the (here last) consumers length.
+        let mut v1 = Vec::from(&v2[..v2.len() - 8]);
+        v1[8..10].copy_from_slice(&FORMAT_VERSION_V1.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&Bytes::from(v1)).unwrap(), run);
     }
 
     #[test]

@@ -49,6 +49,11 @@ const TAG_PRODUCER: u8 = 3;
 const TAG_STREAM_SEQ: u8 = 4;
 const TAG_CLOSE: u8 = 5;
 const TAG_DELETE: u8 = 6;
+const TAG_CONSUMER: u8 = 7;
+/// Longest consumer name.
+pub const CONSUMER_NAME_BYTES_MAX: usize = 128;
+/// Largest consumer change body (its format is the engine's).
+pub const CONSUMER_CHANGE_BYTES_MAX: usize = 4 << 20;
 
 /// Why a byte string is not a valid WAL object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,6 +211,17 @@ pub struct DeleteEntry {
     pub stream: StreamRef,
 }
 
+/// A change to one consumer group of a stream. The change body is opaque
+/// here: its format belongs to the engine (docs/FORMATS.md, "Consumer
+/// changes").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerEntry {
+    pub stream: StreamRef,
+    /// 1..=128 bytes of UTF-8.
+    pub name: String,
+    pub change: Bytes,
+}
+
 /// One change to a shard's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WalEntry {
@@ -215,6 +231,7 @@ pub enum WalEntry {
     StreamSeq(StreamSeqEntry),
     Close(CloseEntry),
     Delete(DeleteEntry),
+    Consumer(ConsumerEntry),
 }
 
 /// A decoded (or to-be-encoded) WAL object.
@@ -305,6 +322,7 @@ fn check_encodable(object: &WalObject) -> Result<(), WalError> {
                     reason: "longer than 256 bytes",
                 })
             }
+            WalEntry::Consumer(c) => check_consumer(&c.name, c.change.len())?,
             WalEntry::Append(a) if a.pages.iter().any(|p| p.len() > u32::MAX as usize) => {
                 return Err(WalError::Invalid {
                     field: "page",
@@ -388,7 +406,25 @@ fn body_len(entry: &WalEntry) -> usize {
         WalEntry::StreamSeq(s) => 24 + 2 + s.seq.len(),
         WalEntry::Close(_) => 24 + 8,
         WalEntry::Delete(_) => 24,
+        WalEntry::Consumer(c) => 24 + 2 + c.name.len() + 4 + c.change.len(),
     }
+}
+
+/// A consumer entry's name and change must fit their limits.
+fn check_consumer(name: &str, change_len: usize) -> Result<(), WalError> {
+    if name.is_empty() || name.len() > CONSUMER_NAME_BYTES_MAX {
+        return Err(WalError::Invalid {
+            field: "consumer name",
+            reason: "length must be 1..=128 bytes",
+        });
+    }
+    if change_len > CONSUMER_CHANGE_BYTES_MAX {
+        return Err(WalError::Invalid {
+            field: "consumer change",
+            reason: "longer than 4 MiB",
+        });
+    }
+    Ok(())
 }
 
 fn put_stream(b: &mut BytesMut, s: &StreamRef) {
@@ -405,6 +441,7 @@ fn encode_entry(enc: &mut ChunkWriter, entry: &WalEntry) {
         WalEntry::StreamSeq(_) => TAG_STREAM_SEQ,
         WalEntry::Close(_) => TAG_CLOSE,
         WalEntry::Delete(_) => TAG_DELETE,
+        WalEntry::Consumer(_) => TAG_CONSUMER,
     };
     enc.buf.put_u8(tag);
     enc.buf.put_u32_le(len as u32);
@@ -449,6 +486,14 @@ fn encode_entry(enc: &mut ChunkWriter, entry: &WalEntry) {
             enc.buf.put_u64_le(c.closed_ms);
         }
         WalEntry::Delete(d) => put_stream(&mut enc.buf, &d.stream),
+        WalEntry::Consumer(c) => {
+            let b = &mut enc.buf;
+            put_stream(b, &c.stream);
+            b.put_u16_le(c.name.len() as u16);
+            b.put_slice(c.name.as_bytes());
+            b.put_u32_le(c.change.len() as u32);
+            b.put_slice(&c.change);
+        }
     }
 }
 
@@ -696,6 +741,24 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
         TAG_DELETE => WalEntry::Delete(DeleteEntry {
             stream: get_stream(b)?,
         }),
+        TAG_CONSUMER => {
+            let stream = get_stream(b)?;
+            let name_len = b.read_u16("consumer name length")? as usize;
+            if name_len == 0 || name_len > CONSUMER_NAME_BYTES_MAX {
+                return Err(WalError::Invalid {
+                    field: "consumer name",
+                    reason: "length must be 1..=128 bytes",
+                });
+            }
+            let name = b.read_utf8(name_len, "consumer name")?;
+            let change_len = b.read_u32("consumer change length")? as usize;
+            check_consumer(&name, change_len)?;
+            WalEntry::Consumer(ConsumerEntry {
+                stream,
+                name,
+                change: b.read_bytes(change_len, "consumer change")?,
+            })
+        }
         tag => return Err(WalError::UnknownTag { tag }),
     })
 }
@@ -789,6 +852,11 @@ mod tests {
                     closed_ms: 99,
                 }),
                 WalEntry::Delete(DeleteEntry { stream: stream(2) }),
+                WalEntry::Consumer(ConsumerEntry {
+                    stream: stream(1),
+                    name: "workers".into(),
+                    change: Bytes::from_static(b"\x01change"),
+                }),
             ],
         }
     }
@@ -900,6 +968,18 @@ mod tests {
 
     fn arb_entry() -> impl Strategy<Value = WalEntry> {
         prop_oneof![
+            (
+                arb_stream(),
+                "[a-z0-9:.-]{1,128}",
+                proptest::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(stream, name, change)| {
+                    WalEntry::Consumer(ConsumerEntry {
+                        stream,
+                        name,
+                        change: Bytes::from(change),
+                    })
+                }),
             (arb_stream(), any::<u64>(), any::<[u8; 16]>()).prop_map(
                 |(stream, created_ms, epoch)| WalEntry::Create(CreateEntry {
                     stream,

@@ -35,9 +35,9 @@ pub mod walk;
 
 pub use format::{
     append_entry_encoded_len, decode, decode_header, encode, entry_encoded_len, header_encoded_len,
-    AppendEntry, CloseEntry, CreateEntry, DeleteEntry, EncodedObject, ObjectKind, ProducerEntry,
-    StreamRef, StreamSeqEntry, WalEntry, WalError, WalHeader, WalObject, WriterId, ENTRIES_MAX,
-    FORMAT_VERSION, MAGIC, NO_SLOT, OBJECT_BYTES_MAX, OBJECT_TRAILER_BYTES, PRODUCER_ID_BYTES_MAX,
-    STREAM_SEQ_BYTES_MAX,
+    AppendEntry, CloseEntry, ConsumerEntry, CreateEntry, DeleteEntry, EncodedObject, ObjectKind,
+    ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalError, WalHeader, WalObject, WriterId,
+    CONSUMER_CHANGE_BYTES_MAX, CONSUMER_NAME_BYTES_MAX, ENTRIES_MAX, FORMAT_VERSION, MAGIC,
+    NO_SLOT, OBJECT_BYTES_MAX, OBJECT_TRAILER_BYTES, PRODUCER_ID_BYTES_MAX, STREAM_SEQ_BYTES_MAX,
 };
 pub use walk::{Admission, LogWalk};

@@ -27,10 +27,13 @@
 //! * at most [`PENDING_MAX`] discovered records wait at once (discovery
 //!   pauses beyond), and a settle names at most [`SETTLE_ITEMS_MAX`] tokens.
 
+pub mod durable;
 #[cfg(test)]
 mod model_tests;
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use durable::{DoneSet, DurableConsumer, HeadState};
 
 use bytes::Bytes;
 
@@ -227,6 +230,11 @@ pub struct Consumer {
     last_lease: u64,
     /// Pulls start after this key (round robin over keys).
     after_key: Option<Bytes>,
+    /// After a restore: positions already done that discovery skips, and
+    /// the durable state of keys' oldest records not yet found again. Both
+    /// empty once discovery passed them.
+    skip: DoneSet,
+    restored: BTreeMap<Bytes, HeadState>,
 }
 
 impl Consumer {
@@ -239,6 +247,42 @@ impl Consumer {
             pending_total: 0,
             last_lease: 0,
             after_key: None,
+            skip: DoneSet::default(),
+            restored: BTreeMap::new(),
+        }
+    }
+
+    /// A consumer rebuilt from its durable state. Discovery then starts at
+    /// the done floor, skips what is done, and gives each key's oldest
+    /// record its durable state when it finds it again.
+    pub fn restore(durable: &DurableConsumer) -> Consumer {
+        let mut consumer = Consumer::new(durable.setup.config);
+        consumer.discovered = durable.done.floor;
+        consumer.last_lease = durable.last_lease;
+        consumer.after_key = durable.after_key.clone();
+        consumer.skip = durable.done.clone();
+        consumer.restored = durable.heads.clone();
+        consumer.prune_restore_state();
+        consumer
+    }
+
+    /// Every position below this is done (or is no record): the lowest
+    /// pending record, or the discovery frontier.
+    pub fn done_floor(&self) -> u64 {
+        self.keys
+            .values()
+            .filter_map(KeyState::head)
+            .min()
+            .unwrap_or(self.discovered)
+            .min(self.discovered)
+    }
+
+    /// Drops restore state that discovery has passed.
+    fn prune_restore_state(&mut self) {
+        let discovered = self.discovered;
+        self.restored.retain(|_, h| h.position >= discovered);
+        if self.skip.ranges().all(|(_, end)| end <= discovered) {
+            self.skip = DoneSet::default();
         }
     }
 
@@ -265,7 +309,7 @@ impl Consumer {
         let room = PENDING_MAX.saturating_sub(self.pending_total);
         let mut fresh: Vec<(u64, Bytes)> = records
             .iter()
-            .filter(|(position, _)| *position >= self.discovered)
+            .filter(|(position, _)| *position >= self.discovered && !self.skip.contains(*position))
             .cloned()
             .collect();
         let all_taken = fresh.len() <= room;
@@ -297,6 +341,18 @@ impl Consumer {
     /// Hands out up to `max` (at most `max_batch`) leases at `now_ms`, one
     /// per routing key, keys in turn; releases expired leases first.
     pub fn pull(&mut self, now_ms: u64, max: usize, events: &mut Vec<ConsumerEvent>) -> Pulled {
+        self.pull_for(now_ms, max, self.config.visibility_ms, events)
+    }
+
+    /// [`Consumer::pull`] with leases of `visibility_ms` instead of the
+    /// configured visibility.
+    pub fn pull_for(
+        &mut self,
+        now_ms: u64,
+        max: usize,
+        visibility_ms: u64,
+        events: &mut Vec<ConsumerEvent>,
+    ) -> Pulled {
         let max = max.min(self.config.max_batch);
         let mut out = Pulled::default();
         if max == 0 {
@@ -353,7 +409,7 @@ impl Consumer {
             }
             let attempts = state.head_attempts + 1;
             let lease = self.last_lease + 1;
-            let deadline_ms = now_ms.saturating_add(self.config.visibility_ms);
+            let deadline_ms = now_ms.saturating_add(visibility_ms);
             debug_assert!(attempts <= self.config.max_attempts);
             out.deliveries.push(Delivery {
                 lease: LeaseRef {
@@ -377,6 +433,35 @@ impl Consumer {
             );
         }
         out
+    }
+
+    /// The earliest time after `now_ms` at which a pull could hand out
+    /// something it cannot now (a lease expires, a retry becomes visible).
+    pub fn next_change_ms(&self, now_ms: u64) -> Option<u64> {
+        self.keys
+            .values()
+            .filter(|s| s.head().is_some() && !s.dead_lettering)
+            .filter_map(|s| match s.lease {
+                Some(lease) => Some(lease.deadline_ms),
+                None => (s.visible_at_ms > now_ms).then_some(s.visible_at_ms),
+            })
+            .min()
+    }
+
+    /// Records handed out as poison and still waiting for their dead
+    /// letter (a restored consumer resumes them).
+    pub fn awaiting_dead_letter(&self) -> Vec<Poison> {
+        self.keys
+            .iter()
+            .filter(|(_, s)| s.dead_lettering)
+            .filter_map(|(k, s)| {
+                Some(Poison {
+                    routing_key: k.clone(),
+                    position: s.head()?,
+                    attempts: s.head_attempts,
+                })
+            })
+            .collect()
     }
 
     /// Whether `lease` is live at `now_ms`.
@@ -493,15 +578,28 @@ impl Consumer {
                 scanned_to,
             } => {
                 for (position, routing_key) in records {
-                    self.keys
-                        .entry(routing_key.clone())
-                        .or_default()
-                        .pending
-                        .push_back(*position);
+                    let state = self.keys.entry(routing_key.clone()).or_default();
+                    if state.pending.is_empty() {
+                        if let Some(head) = self
+                            .restored
+                            .remove(routing_key)
+                            .filter(|h| h.position == *position)
+                        {
+                            state.head_attempts = head.attempts;
+                            state.visible_at_ms = head.visible_at_ms;
+                            state.dead_lettering = head.dead_lettering;
+                            state.lease = head.lease.map(|l| Lease {
+                                id: l.id,
+                                deadline_ms: l.deadline_ms,
+                            });
+                        }
+                    }
+                    state.pending.push_back(*position);
                     self.pending_total += 1;
                     self.discovered = self.discovered.max(position + 1);
                 }
                 self.discovered = self.discovered.max(*scanned_to);
+                self.prune_restore_state();
             }
             ConsumerEvent::Expired { record } => self.head_state(record)?.lease = None,
             ConsumerEvent::Delivered {

@@ -212,6 +212,11 @@ proptest! {
         // Every event applied to a second consumer must rebuild the first.
         let mut events: Vec<ConsumerEvent> = Vec::new();
         let mut replica = Consumer::new(config);
+        // The durable fold of the logged changes, restored and rediscovered
+        // after every command, must rebuild the first too.
+        let mut table = durable::ConsumerTable::default();
+        let setup = durable::ConsumerSetup { config, settings: Bytes::new() };
+        table.fold("w", &durable::ConsumerChange::Configure { generation: 1, setup });
         for command in commands {
             match command {
                 Command::Discover(keys) => {
@@ -282,10 +287,21 @@ proptest! {
                     }
                 }
             }
+            let change = durable::ConsumerChange::Records {
+                generation: 1,
+                floor: consumer.done_floor(),
+                events: events.clone(),
+            };
+            let logged = durable::ConsumerChange::decode(&change.encode()).expect("decodes");
+            table.fold("w", &logged);
             for event in events.drain(..) {
                 prop_assert_eq!(replica.apply(&event), Ok(()));
             }
             prop_assert_eq!(&replica, &consumer, "the events rebuild the state");
+            let mut restored = Consumer::restore(&table.consumers["w"]);
+            let mut scratch = Vec::new();
+            restored.discover(&model.log, tail, &mut scratch);
+            prop_assert_eq!(&restored, &consumer, "the durable state and a rediscovery rebuild it");
             let pending = model.log.iter().filter(|(p, _)| !model.done.contains(p)).count() as u64;
             prop_assert_eq!(consumer.backlog(tail), pending);
         }

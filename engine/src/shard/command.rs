@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_segments::{PageCipher, PreparedBody, StreamCipher};
-use strata_wal::CreateEntry;
+use strata_wal::{ConsumerEntry, CreateEntry};
 use tokio::sync::oneshot;
 
 use super::api::{AppendAck, CreateAck};
@@ -54,6 +54,11 @@ pub(crate) enum Command {
     },
     Delete {
         stream: StreamRef,
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    /// A change to one consumer group (already checked to decode).
+    Consumer {
+        entry: ConsumerEntry,
         reply: oneshot::Sender<Result<(), EngineError>>,
     },
     /// Answers once everything committed before it is durable.

@@ -14,7 +14,9 @@ use strata_manifest::CasObject;
 use strata_segments::{
     plan_pages, prepare_body, sealed_page_len, StreamCipher, ROUTING_KEY_BYTES_MAX,
 };
-use strata_wal::CreateEntry;
+use strata_wal::{ConsumerEntry, CreateEntry};
+
+use crate::consumer::durable::{ConsumerChange, DurableConsumer};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::actor;
@@ -30,6 +32,18 @@ use crate::env::EngineEnv;
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName, StreamRef};
 use crate::layout::{ObjectId, ShardLayout};
+
+/// A queued consumer change's answer ([`Shard::start_change_consumer`]).
+pub struct ChangeTicket {
+    rx: oneshot::Receiver<Result<(), EngineError>>,
+}
+
+impl ChangeTicket {
+    /// Waits until the change is durable (or failed).
+    pub async fn wait(self) -> Result<(), EngineError> {
+        self.rx.await.unwrap_or(Err(EngineError::OutcomeUnknown))
+    }
+}
 
 /// The answer of a queued append ([`Shard::start_append`]): a future that
 /// resolves once the append is durable (or refused). A dropped answer (the
@@ -335,6 +349,84 @@ impl Shard {
         let (reply, rx) = oneshot::channel();
         self.submit(Command::Seal { reply })?;
         Self::answer(rx).await
+    }
+
+    /// Logs a change to consumer group `name` of `stream`; answers once it
+    /// is durable (and folded into the stream's consumer table).
+    pub async fn change_consumer(
+        &self,
+        stream: StreamRef,
+        name: &str,
+        change: &ConsumerChange,
+    ) -> Result<(), EngineError> {
+        self.start_change_consumer(stream, name, change)?
+            .wait()
+            .await
+    }
+
+    /// Queues a consumer change and returns the ticket its answer arrives
+    /// on. Changes queued one after another are logged in that order.
+    pub fn start_change_consumer(
+        &self,
+        stream: StreamRef,
+        name: &str,
+        change: &ConsumerChange,
+    ) -> Result<ChangeTicket, EngineError> {
+        if name.is_empty() || name.len() > strata_wal::CONSUMER_NAME_BYTES_MAX {
+            return Err(EngineError::TooLarge {
+                what: "consumer name",
+                size: name.len() as u64,
+                limit: strata_wal::CONSUMER_NAME_BYTES_MAX as u64,
+            });
+        }
+        let change = change.encode();
+        if change.len() > strata_wal::CONSUMER_CHANGE_BYTES_MAX {
+            return Err(EngineError::TooLarge {
+                what: "consumer change",
+                size: change.len() as u64,
+                limit: strata_wal::CONSUMER_CHANGE_BYTES_MAX as u64,
+            });
+        }
+        let entry = ConsumerEntry {
+            stream,
+            name: name.to_string(),
+            change,
+        };
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Consumer { entry, reply })?;
+        Ok(ChangeTicket { rx })
+    }
+
+    /// The generation of consumer group `name` of a live stream, if any.
+    pub fn consumer_generation(&self, stream: &StreamRef, name: &str) -> Option<u64> {
+        let cell = self.inner.shared.cell(&stream.id)?;
+        let state = cell.state.read();
+        if !state.tail.is_live(stream) {
+            return None;
+        }
+        state.consumers.consumers.get(name).map(|c| c.generation)
+    }
+
+    /// The durable state of consumer group `name` of a live stream.
+    pub fn consumer(&self, stream: &StreamRef, name: &str) -> Option<DurableConsumer> {
+        let cell = self.inner.shared.cell(&stream.id)?;
+        let state = cell.state.read();
+        if !state.tail.is_live(stream) {
+            return None;
+        }
+        state.consumers.consumers.get(name).cloned()
+    }
+
+    /// The highest consumer generation a live stream ever gave (0: none).
+    pub fn consumer_generation_max(&self, stream: &StreamRef) -> u64 {
+        self.inner.shared.cell(&stream.id).map_or(0, |cell| {
+            let state = cell.state.read();
+            if state.tail.is_live(stream) {
+                state.consumers.generation_max
+            } else {
+                0
+            }
+        })
     }
 
     /// Durable tail of a live stream incarnation.

@@ -63,7 +63,7 @@ pub(crate) mod tiers;
 pub use api::{AppendAck, AppendKind, AppendRequest, CreateAck, ShardStatus, StreamInfo};
 pub use cache::ChunkCache;
 pub use config::ShardConfig;
-pub use handle::{AppendTicket, Shard};
+pub use handle::{AppendTicket, ChangeTicket, Shard};
 pub use read::{KeySpan, ReadBatch, ReadLimits, WaitOutcome};
 pub use recovery::{inspect_log, inspect_log_at, inspect_log_from, LogView, RecoveryReport};
 pub use state::{

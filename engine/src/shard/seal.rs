@@ -59,6 +59,8 @@ pub(crate) struct SealStream {
     pub pages: Vec<Bytes>,
     /// In a full run, the chunks it already had (listed again).
     pub prior: Vec<SealedChunk>,
+    /// Its consumer table at the snapshot, encoded.
+    pub consumers: Bytes,
 }
 
 /// Everything a seal needs, taken by the actor at the durable watermark.
@@ -253,7 +255,7 @@ pub(crate) async fn run(ctx: Arc<ShardCtx>, plan: SealPlan) -> SealResult {
             {
                 chunks.push(chunk_of.next().expect("peeked").chunk.clone());
             }
-            run_entry(&s.tail, &chunks)
+            run_entry(&s.tail, &chunks, s.consumers.clone())
         })
         .collect();
     let run = IndexRun {

@@ -4,8 +4,11 @@
 //! every stream's tail (newer runs shadow older) and its sealed chunks (which
 //! accumulate; a newer incarnation starts over).
 
+use bytes::Bytes;
 use strata_manifest::index_run::{IndexRun, ProducerRecord, RunEntry, TailRecord, TailStatus};
 use strata_wal::StreamRef;
+
+use crate::consumer::durable::ConsumerTable;
 
 pub use super::chunk::{decode_sealed, encode_sealed, SealedChunk};
 use super::producer::NamedProducer;
@@ -58,13 +61,15 @@ pub fn tail_from_record(stream: StreamRef, r: &TailRecord) -> Tail {
     }
 }
 
-/// A run entry for a stream: its tail, and the chunks this run sealed for it.
-pub fn run_entry(tail: &Tail, chunks: &[SealedChunk]) -> RunEntry {
+/// A run entry for a stream: its tail, the chunks this run sealed for it,
+/// and its encoded consumer table.
+pub fn run_entry(tail: &Tail, chunks: &[SealedChunk], consumers: Bytes) -> RunEntry {
     RunEntry {
         stream_id: tail.stream.id,
         incarnation: tail.stream.incarnation,
         tail: tail_record(tail),
         chunks: chunks.iter().map(encode_sealed).collect(),
+        consumers,
     }
 }
 
@@ -86,6 +91,8 @@ pub fn apply_run(table: &mut StreamTable, run: &IndexRun) -> Result<(), String> 
             .map(decode_sealed)
             .collect::<Result<Vec<_>, _>>()?;
         let tail = tail_from_record(stream, &entry.tail);
+        let consumers = ConsumerTable::decode(&entry.consumers)
+            .map_err(|e| format!("consumer table of an index run entry: {e}"))?;
         match table.streams.get_mut(&entry.stream_id) {
             Some(existing) if existing.tail.stream.incarnation > entry.incarnation => {}
             Some(existing) if existing.tail.stream.incarnation == entry.incarnation => {
@@ -103,8 +110,10 @@ pub fn apply_run(table: &mut StreamTable, run: &IndexRun) -> Result<(), String> 
                 }
                 existing.tail = tail;
                 existing.sealed.extend(chunks);
+                existing.consumers = consumers;
                 if existing.tail.status == StreamStatus::Deleted {
                     existing.sealed.clear();
+                    existing.consumers = ConsumerTable::default();
                 }
             }
             _ => {
@@ -112,6 +121,7 @@ pub fn apply_run(table: &mut StreamTable, run: &IndexRun) -> Result<(), String> 
                 let mut fresh = DurableStream::empty(tail);
                 if !deleted {
                     fresh.sealed = chunks;
+                    fresh.consumers = consumers;
                 }
                 table.streams.insert(entry.stream_id, fresh);
             }

@@ -12,6 +12,7 @@ use strata_segments::parse_header;
 use strata_wal::{AppendEntry, CreateEntry, StreamRef, WalEntry};
 
 use super::chunk::SealedChunk;
+use crate::consumer::durable::{ConsumerChange, ConsumerTable};
 
 /// Lifecycle of a stream incarnation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +103,8 @@ pub enum ApplyError {
     NotOpen,
     #[error("page inside an append entry is invalid: {reason}")]
     BadPage { reason: String },
+    #[error("consumer change is invalid: {reason}")]
+    BadConsumerChange { reason: String },
 }
 
 /// A stream's durable state: its tail, its sealed chunks (in segment objects),
@@ -113,6 +116,8 @@ pub struct DurableStream {
     pub sealed: Vec<SealedChunk>,
     pub pages: Vec<StoredPage>,
     pub page_bytes: u64,
+    /// The stream's consumer groups (see `consumer::durable`).
+    pub consumers: ConsumerTable,
 }
 
 impl DurableStream {
@@ -122,6 +127,7 @@ impl DurableStream {
             sealed: Vec::new(),
             pages: Vec::new(),
             page_bytes: 0,
+            consumers: ConsumerTable::default(),
         }
     }
 
@@ -181,6 +187,7 @@ pub fn entry_stream(entry: &WalEntry) -> StreamRef {
         WalEntry::StreamSeq(e) => e.stream,
         WalEntry::Close(e) => e.stream,
         WalEntry::Delete(e) => e.stream,
+        WalEntry::Consumer(e) => e.stream,
     }
 }
 
@@ -207,6 +214,8 @@ pub fn apply_to_tail(tail: &mut Tail, entry: &WalEntry) -> Result<(), ApplyError
                 .insert(p.producer_id.clone(), ProducerState::from(p));
         }
         WalEntry::StreamSeq(s) => tail.stream_seq = Some(s.seq.clone()),
+        // Consumer state is the durable stream's, not the tail's.
+        WalEntry::Consumer(_) => {}
         WalEntry::Close(c) => {
             if tail.status == StreamStatus::Open {
                 tail.status = StreamStatus::Closed;
@@ -318,7 +327,19 @@ pub fn apply_to_durable(durable: &mut DurableStream, entry: &WalEntry) -> Result
         WalEntry::Append(a) => Some(index_pages(a.first_offset, a.record_count, &a.pages)?),
         _ => None,
     };
+    let consumer = match entry {
+        WalEntry::Consumer(c) => Some((
+            c.name.as_str(),
+            ConsumerChange::decode(&c.change).map_err(|e| ApplyError::BadConsumerChange {
+                reason: e.to_string(),
+            })?,
+        )),
+        _ => None,
+    };
     apply_to_tail(&mut durable.tail, entry)?;
+    if let Some((name, change)) = consumer {
+        durable.consumers.fold(name, &change);
+    }
     if let Some(pages) = pages {
         durable.page_bytes += pages.iter().map(|p| p.bytes.len() as u64).sum::<u64>();
         durable.pages.extend(pages);
@@ -327,6 +348,7 @@ pub fn apply_to_durable(durable: &mut DurableStream, entry: &WalEntry) -> Result
         durable.pages = Vec::new();
         durable.sealed = Vec::new();
         durable.page_bytes = 0;
+        durable.consumers = ConsumerTable::default();
     }
     Ok(())
 }

@@ -40,6 +40,7 @@ struct Entry {
     stream_seq: Option<(Vec<u8>, u8)>,
     producers: Vec<Producer>,
     chunks: Vec<Vec<u8>>,
+    consumers: Vec<u8>,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -91,6 +92,7 @@ fuzz_target!(|input: Input| {
                     .collect(),
             },
             chunks: e.chunks.into_iter().map(Bytes::from).collect(),
+            consumers: Bytes::from(e.consumers),
         })
         .collect();
     if input.sort {

@@ -111,12 +111,14 @@ pub fn seed_runs() -> Vec<(&'static str, Bytes)> {
                 incarnation: 1,
                 tail: tail(TailStatus::Open),
                 chunks: vec![chunk(1), chunk(2)],
+                consumers: Bytes::from_static(b"consumers"),
             },
             RunEntry {
                 stream_id: [2; 16],
                 incarnation: 5,
                 tail: tail(TailStatus::Closed),
                 chunks: vec![chunk(3)],
+                consumers: Bytes::new(),
             },
             RunEntry {
                 stream_id: [3; 16],
@@ -129,6 +131,7 @@ pub fn seed_runs() -> Vec<(&'static str, Bytes)> {
                     ..tail(TailStatus::Deleted)
                 },
                 chunks: Vec::new(),
+                consumers: Bytes::new(),
             },
         ],
     };

@@ -39,6 +39,10 @@ fn check(bytes: &Bytes) {
                     }
                     WalEntry::Producer(p) => assert!(p.producer_id.len() <= 256),
                     WalEntry::StreamSeq(s) => assert!(s.seq.len() <= 256),
+                    WalEntry::Consumer(c) => {
+                        assert!(!c.name.is_empty() && c.name.len() <= 128);
+                        assert!(c.change.len() <= strata_wal::CONSUMER_CHANGE_BYTES_MAX);
+                    }
                     _ => {}
                 }
             }

@@ -12,8 +12,9 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use strata_wal::{
-    decode, decode_header, encode, AppendEntry, CloseEntry, CreateEntry, DeleteEntry, ObjectKind,
-    ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalHeader, WalObject, WriterId, NO_SLOT,
+    decode, decode_header, encode, AppendEntry, CloseEntry, ConsumerEntry, CreateEntry,
+    DeleteEntry, ObjectKind, ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalHeader,
+    WalObject, WriterId, NO_SLOT,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -76,6 +77,12 @@ enum Entry {
     },
     Delete {
         stream: ([u8; 16], u64),
+    },
+    Consumer {
+        stream: ([u8; 16], u64),
+        name: String,
+        name_pad: u8,
+        change: Vec<u8>,
     },
 }
 
@@ -179,6 +186,17 @@ fuzz_target!(|input: Input| {
                 closed_ms,
             }),
             Entry::Delete { stream: s } => WalEntry::Delete(DeleteEntry { stream: stream(s) }),
+            Entry::Consumer {
+                stream: s,
+                name,
+                name_pad,
+                change,
+            } => WalEntry::Consumer(ConsumerEntry {
+                stream: stream(s),
+                // Over-long names (past 128 bytes) must be refused by the encoder.
+                name: padded(name, name_pad),
+                change: Bytes::from(change),
+            }),
         })
         .collect();
     let object = WalObject {
@@ -211,6 +229,7 @@ fuzz_target!(|input: Input| {
             WalEntry::Append(a) => a.first_offset.checked_add(a.record_count).is_some(),
             WalEntry::Producer(p) => p.producer_id.len() <= 256,
             WalEntry::StreamSeq(s) => s.seq.len() <= 256,
+            WalEntry::Consumer(c) => !c.name.is_empty() && c.name.len() <= 128,
             _ => true,
         });
     let encoded = match encode(&object) {

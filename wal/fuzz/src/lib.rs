@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use strata_wal::{
-    encode, AppendEntry, CloseEntry, CreateEntry, DeleteEntry, ObjectKind, ProducerEntry,
-    StreamRef, StreamSeqEntry, WalEntry, WalHeader, WalObject, WriterId, NO_SLOT,
+    encode, AppendEntry, CloseEntry, ConsumerEntry, CreateEntry, DeleteEntry, ObjectKind,
+    ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalHeader, WalObject, WriterId, NO_SLOT,
 };
 
 /// `data` with its last four bytes replaced by the CRC-32C of the others, so
@@ -121,6 +121,18 @@ pub fn seed_objects() -> Vec<(&'static str, Bytes)> {
                 10,
                 9,
                 vec![WalEntry::Delete(DeleteEntry { stream: stream(2) })],
+            ),
+        ),
+        (
+            "consumer",
+            data(
+                12,
+                11,
+                vec![WalEntry::Consumer(ConsumerEntry {
+                    stream: stream(1),
+                    name: "workers".into(),
+                    change: Bytes::from_static(b"\x01\x02\x01\0\0\0\0\0\0\0"),
+                })],
             ),
         ),
         ("empty-data", data(11, 10, Vec::new())),

@@ -129,7 +129,7 @@ pub(super) async fn rebuilt_candidate(
             .into_iter()
             .map(|id| {
                 let s = &table.streams[id];
-                run_entry(&s.tail, &s.sealed)
+                run_entry(&s.tail, &s.sealed, s.consumers.encode())
             })
             .collect(),
     };

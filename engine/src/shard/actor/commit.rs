@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 
 use strata_wal::{
-    AppendEntry, CloseEntry, CreateEntry, DeleteEntry, ProducerEntry, StreamSeqEntry, WalEntry,
+    AppendEntry, CloseEntry, ConsumerEntry, CreateEntry, DeleteEntry, ProducerEntry,
+    StreamSeqEntry, WalEntry,
 };
 use tokio::sync::oneshot;
 
@@ -192,6 +193,24 @@ impl Actor {
             return self.reply_when_durable(Reply::Unit(reply, Err(EngineError::StreamNotFound)));
         }
         let entry = StagedEntry::Ready(WalEntry::Delete(DeleteEntry { stream }));
+        self.stage(stream, vec![entry], Reply::Unit(reply, Ok(())));
+    }
+
+    pub(super) fn commit_consumer(
+        &mut self,
+        entry: ConsumerEntry,
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    ) {
+        let stream = entry.stream;
+        let live = self
+            .staging
+            .staged
+            .get(&stream.id)
+            .is_some_and(|t| t.is_live(&stream));
+        if !live {
+            return self.reply_when_durable(Reply::Unit(reply, Err(EngineError::StreamNotFound)));
+        }
+        let entry = StagedEntry::Ready(WalEntry::Consumer(entry));
         self.stage(stream, vec![entry], Reply::Unit(reply, Ok(())));
     }
 

@@ -230,6 +230,7 @@ impl Actor {
             Command::Append(job) => self.commit_append(*job),
             Command::Create { create, reply } => self.commit_create(create, reply),
             Command::Delete { stream, reply } => self.commit_delete(stream, reply),
+            Command::Consumer { entry, reply } => self.commit_consumer(entry, reply),
             Command::Barrier { reply } => self.reply_when_durable(Reply::Unit(reply, Ok(()))),
             Command::Seal { reply } => {
                 if self.sealer.state.dirty.is_empty() && self.sealer.state.objects_unsealed == 0 {
@@ -254,7 +255,10 @@ fn reject(command: Command, error: EngineError) {
         Command::Create { reply, .. } => {
             let _ = reply.send(Err(error));
         }
-        Command::Delete { reply, .. } | Command::Barrier { reply } | Command::Seal { reply } => {
+        Command::Delete { reply, .. }
+        | Command::Consumer { reply, .. }
+        | Command::Barrier { reply }
+        | Command::Seal { reply } => {
             let _ = reply.send(Err(error));
         }
         Command::Shutdown { reply } => {

@@ -110,6 +110,7 @@ impl Actor {
                 } else {
                     Vec::new()
                 },
+                consumers: state.consumers.encode(),
             });
         }
         streams.sort_by_key(|s| s.tail.stream.id);
