@@ -27,7 +27,7 @@ const BODY_BYTES_MAX: usize = 64 << 10;
 const UNPROVOKED: [&str; 4] = ["rate_limited", "internal", "unavailable", "bad_request"];
 
 /// The (path, method) pairs this test knows how to exercise.
-const KNOWN: [(&str, &str); 15] = [
+const KNOWN: [(&str, &str); 20] = [
     ("/healthz", "get"),
     ("/v1/streams", "get"),
     ("/v1/streams/{name}", "put"),
@@ -43,6 +43,11 @@ const KNOWN: [(&str, &str); 15] = [
     ("/v1/streams/{name}/records:batch", "post"),
     ("/v1/streams/{name}/records:long-poll", "get"),
     ("/v1/streams/{name}/records:sse", "get"),
+    ("/v1/streams/{name}/consumers/{consumer}", "put"),
+    ("/v1/streams/{name}/consumers/{consumer}", "get"),
+    ("/v1/streams/{name}/consumers/{consumer}", "delete"),
+    ("/v1/streams/{name}/consumers/{consumer}:pull", "post"),
+    ("/v1/streams/{name}/consumers/{consumer}:settle", "post"),
 ];
 
 const SEAL: &str = "/v1/streams/{name}:seal";
@@ -56,6 +61,9 @@ const BATCH: &str = "/v1/streams/{name}/records:batch";
 const LONG_POLL: &str = "/v1/streams/{name}/records:long-poll";
 const SSE: &str = "/v1/streams/{name}/records:sse";
 const READS: [&str; 3] = [RECORDS, LONG_POLL, SSE];
+const CONSUMER: &str = "/v1/streams/{name}/consumers/{consumer}";
+const PULL: &str = "/v1/streams/{name}/consumers/{consumer}:pull";
+const SETTLE: &str = "/v1/streams/{name}/consumers/{consumer}:settle";
 
 /// The parsed document.
 struct Spec {
@@ -217,7 +225,8 @@ struct Checker {
 
 impl Checker {
     fn url(&self, template: &str, name: &str) -> String {
-        format!("{}{}", self.base, template.replace("{name}", name))
+        let path = template.replace("{name}", name).replace("{consumer}", "w");
+        format!("{}{path}", self.base)
     }
 
     /// A request with the token and the stream key.
@@ -419,6 +428,174 @@ impl Checker {
     }
 }
 
+/// Every documented answer of the consumer-group operations (collection
+/// `j` exists with the default key, `src` is gone, `missing` never was).
+async fn consumer_operations(c: &mut Checker) {
+    for (template, method, key) in [
+        (CONSUMER, Method::PUT, true),
+        (CONSUMER, Method::GET, false),
+        (CONSUMER, Method::DELETE, false),
+        (PULL, Method::POST, true),
+        (SETTLE, Method::POST, true),
+    ] {
+        c.generic_400(template, method.clone(), "j").await;
+        c.unauthorized(template, method.clone(), "j").await;
+        if key {
+            c.key_400(template, method.clone(), "j", "{}").await;
+            let wrong = c
+                .bare(method.clone(), template, "j")
+                .header("prisma-encryption-key", OTHER_KEY)
+                .body("{}");
+            c.expect(template, wrong, 403, "wrong_key").await;
+        }
+        let bad_name = c
+            .http
+            .request(
+                method.clone(),
+                format!(
+                    "{}/v1/streams/j/consumers/a%01b{}",
+                    c.base,
+                    &template[CONSUMER.len()..]
+                ),
+            )
+            .bearer_auth(TOKEN)
+            .header("prisma-encryption-key", DEV_KEY)
+            .body("{}");
+        c.expect(template, bad_name, 400, "invalid_consumer_name")
+            .await;
+        let on = |c: &Checker, name: &str| {
+            c.req(method.clone(), template, name)
+                .header("prisma-consumer-version", "1")
+                .body("{}")
+        };
+        c.expect(template, on(c, "missing"), 404, "not_found").await;
+        c.expect(template, on(c, "src"), 410, "gone").await;
+        let absent = if template == CONSUMER {
+            "unknown_consumer"
+        } else {
+            "consumer_not_found"
+        };
+        if method != Method::PUT {
+            c.expect(template, on(c, "j"), 404, absent).await;
+        }
+    }
+    // Configure: created, found, conflicts, bad documents, dead-letter checks.
+    let put = |c: &Checker, doc: &str| c.req(Method::PUT, CONSUMER, "j").body(doc.to_string());
+    let created = c
+        .expect(CONSUMER, put(c, r#"{"visibilityTimeoutMs":1000}"#), 201, "")
+        .await;
+    let version = created
+        .header("prisma-consumer-version")
+        .unwrap()
+        .to_string();
+    c.expect(CONSUMER, put(c, r#"{"visibilityTimeoutMs":1000}"#), 200, "")
+        .await;
+    c.expect(CONSUMER, put(c, "{}"), 409, "consumer_config_conflict")
+        .await;
+    c.expect(
+        CONSUMER,
+        put(c, r#"{"maxAttempts":0}"#),
+        400,
+        "invalid_config",
+    )
+    .await;
+    for (target, code) in [
+        ("nowhere", "unknown_dead_letter_stream"),
+        ("c-sealed", "dead_letter_sealed"),
+        ("c-other", "dead_letter_key_mismatch"),
+    ] {
+        if target == "c-sealed" {
+            let create = c.req(Method::PUT, COLLECTION, target).body(JSON_DOC);
+            assert_eq!(create.send().await.unwrap().status(), 201);
+            let seal = c.req(Method::POST, SEAL, target).body("{}");
+            assert_eq!(seal.send().await.unwrap().status(), 200);
+        }
+        if target == "c-other" {
+            let create = c
+                .bare(Method::PUT, COLLECTION, target)
+                .header("prisma-encryption-key", OTHER_KEY)
+                .body(JSON_DOC);
+            assert_eq!(create.send().await.unwrap().status(), 201);
+        }
+        let doc = json!({"deadLetterStream": target}).to_string();
+        let other = c
+            .req(Method::PUT, "/v1/streams/{name}/consumers/w2", "j")
+            .body(doc);
+        let answer = Answer::from(other.send().await.unwrap()).await;
+        // Checked against the operation's document like every other answer.
+        let code_got = c.check(CONSUMER, "put", &answer, "dead-letter check");
+        assert_eq!((answer.status, code_got.as_str()), (400, code));
+    }
+    c.expect(CONSUMER, c.bare(Method::GET, CONSUMER, "j"), 200, "")
+        .await;
+    // Pull and settle.
+    let append = c
+        .req(Method::POST, RECORDS, "j")
+        .header("prisma-routing-key", "k")
+        .header("content-type", "application/json")
+        .body(r#"{"a":1}"#);
+    assert_eq!(append.send().await.unwrap().status(), 200);
+    let pull = |c: &Checker, body: &str| c.req(Method::POST, PULL, "j").body(body.to_string());
+    let pulled = c.expect(PULL, pull(c, r#"{"max":5}"#), 200, "").await;
+    let token = pulled.json()["messages"][0]["leaseToken"]
+        .as_str()
+        .expect("a message")
+        .to_string();
+    c.expect(PULL, pull(c, r#"{"max":0}"#), 400, "invalid_body")
+        .await;
+    let settle = |c: &Checker, body: String| c.req(Method::POST, SETTLE, "j").body(body);
+    let body = json!({"extends":[{"leaseToken": token, "visibilityMs": 60000}]}).to_string();
+    let answer = c.expect(SETTLE, settle(c, body), 200, "").await;
+    assert_eq!(answer.json()["extended"], 1);
+    c.expect(SETTLE, settle(c, "[]".into()), 400, "invalid_body")
+        .await;
+    // Delete: the version is required and must match; a pull waiting on a
+    // deleted consumer answers 409 `consumer_deleted`.
+    let delete = |c: &Checker, v: Option<&str>| {
+        let r = c.bare(Method::DELETE, CONSUMER, "j");
+        match v {
+            Some(v) => r.header("prisma-consumer-version", v),
+            None => r,
+        }
+    };
+    c.expect(CONSUMER, delete(c, None), 428, "missing_consumer_version")
+        .await;
+    c.expect(
+        CONSUMER,
+        delete(c, Some("x")),
+        400,
+        "invalid_consumer_version",
+    )
+    .await;
+    c.expect(
+        CONSUMER,
+        delete(c, Some("999")),
+        409,
+        "consumer_version_conflict",
+    )
+    .await;
+    // A pull that started before it answers 409 `consumer_deleted`; one
+    // that started after, 404 (then the consumer is made again and the race
+    // run once more).
+    let mut version = version;
+    for round in 0.. {
+        assert!(round < 20, "no pull was ever parked before its delete");
+        let waiting = tokio::spawn(pull(c, r#"{"waitMs":20000}"#).send());
+        tokio::task::yield_now().await;
+        c.expect(CONSUMER, delete(c, Some(&version)), 204, "").await;
+        let answer = Answer::from(waiting.await.unwrap().unwrap()).await;
+        let code = c.check(PULL, "post", &answer, "a pull across a delete");
+        if (answer.status, code.as_str()) == (409, "consumer_deleted") {
+            break;
+        }
+        assert_eq!((answer.status, code.as_str()), (404, "consumer_not_found"));
+        let again = c
+            .expect(CONSUMER, put(c, r#"{"visibilityTimeoutMs":1000}"#), 201, "")
+            .await;
+        version = again.header("prisma-consumer-version").unwrap().to_string();
+    }
+}
+
 /// A scan cursor of collection `name` (one with watches: its metadata shows
 /// the epoch) whose time is up.
 async fn expired_scan_cursor(c: &Checker, name: &str) -> String {
@@ -569,7 +746,7 @@ async fn every_documented_operation_answers_as_documented() {
             .await;
             c.expect(
                 COLLECTION,
-                c.bare(method.clone(), COLLECTION, "j/consumers/c"),
+                c.bare(method.clone(), COLLECTION, "j/consumers/c/d"),
                 404,
                 "unknown_route",
             )
@@ -897,6 +1074,8 @@ async fn every_documented_operation_answers_as_documented() {
         "scan_expired",
     )
     .await;
+    // -------------------------------------------------------------- consumers
+    consumer_operations(&mut c).await;
     // ---------------------------------------------------------------- watches
     for template in [WATCHES, WATCH] {
         let t = |name: &str| template.replace("{watch}", "w").replace("{name}", name);

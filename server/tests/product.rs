@@ -697,7 +697,10 @@ async fn bad_input_gets_the_documented_4xx() {
     Api::send(req(Method::GET, "x:pull"))
         .await
         .expect_error(404, "unknown_route");
-    Api::send(req(Method::GET, "x/consumers/c"))
+    Api::send(req(Method::GET, "x/consumers/c/d"))
+        .await
+        .expect_error(404, "unknown_route");
+    Api::send(req(Method::GET, "x/consumers/c:peek"))
         .await
         .expect_error(404, "unknown_route");
     Api::send(req(Method::GET, "x/records:tail"))

@@ -72,6 +72,9 @@ enum ProductSuffix {
     LongPoll,
     Sse,
     Seal,
+    Scan,
+    Watch(String),
+    Consumer(String, u8),
     Other(String),
 }
 
@@ -102,6 +105,8 @@ enum HeaderChoice {
     IfNoneMatch,
     FleetFrom,
     FleetReleased,
+    ProductKey,
+    ConsumerVersion,
     Other(String),
 }
 
@@ -187,19 +192,28 @@ fuzz_target!(|input: Input| {
         }
         PathChoice::Health => "/healthz".to_string(),
         PathChoice::FleetHint => "/v1/fleet/hint".to_string(),
-        PathChoice::FleetPeer(tails) => {
-            if *tails { "/v1/fleet/tails" } else { "/v1/fleet/appended" }.to_string()
+        PathChoice::FleetPeer(tails) => if *tails {
+            "/v1/fleet/tails"
+        } else {
+            "/v1/fleet/appended"
         }
+        .to_string(),
         PathChoice::Raw(p) => p.clone(),
         PathChoice::Product(name, suffix) => {
             let suffix = match suffix {
-                ProductSuffix::None => "",
-                ProductSuffix::Records => "/records",
-                ProductSuffix::Batch => "/records:batch",
-                ProductSuffix::LongPoll => "/records:long-poll",
-                ProductSuffix::Sse => "/records:sse",
-                ProductSuffix::Seal => ":seal",
-                ProductSuffix::Other(o) => o.as_str(),
+                ProductSuffix::None => String::new(),
+                ProductSuffix::Records => "/records".into(),
+                ProductSuffix::Batch => "/records:batch".into(),
+                ProductSuffix::LongPoll => "/records:long-poll".into(),
+                ProductSuffix::Sse => "/records:sse".into(),
+                ProductSuffix::Seal => ":seal".into(),
+                ProductSuffix::Scan => ":scan".into(),
+                ProductSuffix::Watch(w) => format!("/watches/{w}"),
+                ProductSuffix::Consumer(c, verb) => {
+                    let verb = ["", ":pull", ":settle", ":other"][*verb as usize % 4];
+                    format!("/consumers/{c}{verb}")
+                }
+                ProductSuffix::Other(o) => o.clone(),
             };
             format!("{}/{name}{suffix}", product::PREFIX)
         }
@@ -242,6 +256,8 @@ fuzz_target!(|input: Input| {
             HeaderChoice::IfNoneMatch => "if-none-match",
             HeaderChoice::FleetFrom => "strata-fleet-from",
             HeaderChoice::FleetReleased => "strata-fleet-released",
+            HeaderChoice::ProductKey => "prisma-encryption-key",
+            HeaderChoice::ConsumerVersion => "prisma-consumer-version",
             HeaderChoice::Other(o) => o.as_str(),
         };
         let (Ok(name), Ok(value)) = (

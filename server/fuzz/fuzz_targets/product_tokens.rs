@@ -86,7 +86,11 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Some(cursor) = scan.decode(&text) {
         assert!(cursor.position <= cursor.end);
-        assert_eq!(scan.encode(&cursor), text, "accepted scan cursors are canonical");
+        assert_eq!(
+            scan.encode(&cursor),
+            text,
+            "accepted scan cursors are canonical"
+        );
     }
     let sig = WaitSigKey::derive(&[5; 16], &[3; 32]);
     let binding = CursorBinding {
@@ -95,7 +99,11 @@ fuzz_target!(|data: &[u8]| {
         key: WatchKey(9),
     };
     if let Some(cursor) = binding.decode(&text) {
-        assert_eq!(binding.encode(&cursor), text, "accepted watch cursors are canonical");
+        assert_eq!(
+            binding.encode(&cursor),
+            text,
+            "accepted watch cursors are canonical"
+        );
     }
     let _ = parse_capability(&text);
     let capability = CapabilityScope {
@@ -113,7 +121,11 @@ fuzz_target!(|data: &[u8]| {
         key: &key,
     };
     if let Some(lease) = tokens.open_lease_token(&text) {
-        assert_eq!(tokens.lease_token(&lease), text, "accepted lease tokens are canonical");
+        assert_eq!(
+            tokens.lease_token(&lease),
+            text,
+            "accepted lease tokens are canonical"
+        );
     }
     let _ = tokens.open_message_id(&text);
 });

@@ -100,6 +100,9 @@ pub struct ServeArgs {
     /// Watch observations (long-polls) waiting at once.
     #[arg(long, default_value_t = crate::service::watches::OBSERVERS_DEFAULT)]
     pub max_watch_observations: usize,
+    /// Tests only: abort at a step of a dead letter (crash tests).
+    #[arg(long, hide = true)]
+    pub test_crash_at: Option<crate::service::DeadLetterStep>,
     /// Accept plain-HTTP loopback webhook URLs (development and tests only).
     #[arg(long)]
     pub allow_loopback_webhooks: bool,
@@ -446,6 +449,7 @@ impl Server {
             StreamsConfig {
                 max_record_bytes: args.max_record_bytes,
                 watch_observations_max: args.max_watch_observations,
+                crash_at: args.test_crash_at,
                 ..StreamsConfig::default()
             },
         ));

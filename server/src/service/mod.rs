@@ -31,6 +31,8 @@ pub mod write_token;
 mod append;
 mod chain;
 mod cipher;
+mod consumer_delivery;
+pub mod consumers;
 mod create;
 mod deadline;
 mod error;
@@ -52,15 +54,20 @@ mod startup;
 mod streams;
 pub mod watches;
 
+pub use consumer_delivery::{
+    PullAnswer, PullRequest, PulledMessage, SettleAnswer, SettleRequest, PULL_WAIT_MS_MAX,
+    RETRY_DELAY_MS_DEFAULT,
+};
+pub use consumers::{ConsumerError, ConsumerInfo};
 pub use deadline::StoreDeadline;
 pub use error::ServiceError;
 pub use expiry::run as run_reaper;
 pub use limits::DEFAULT_PROJECT;
 pub use media::{is_json, media_type};
 pub use model::{
-    AppendOutcome, AppendResult, AppendSpec, CreateMode, CreateOutcome, CreateSpec, Expiry,
-    ForkSpec, KeyView, ReadFrom, ReadOutcome, ReadRecord, ShardMove, StartupScan, StreamMeta,
-    StreamObserver, StreamsConfig,
+    AppendOutcome, AppendResult, AppendSpec, CreateMode, CreateOutcome, CreateSpec, DeadLetterStep,
+    Expiry, ForkSpec, KeyView, ReadFrom, ReadOutcome, ReadRecord, ShardMove, StartupScan,
+    StreamMeta, StreamObserver, StreamsConfig,
 };
 pub use observe::{WatchOutcome, WatchRequest};
 pub use reaper::Reaper;

@@ -180,6 +180,30 @@ pub struct StreamsConfig {
     pub default_content_type: String,
     /// Watch observations waiting at once (beyond: refused, retry later).
     pub watch_observations_max: usize,
+    /// Tests only: abort the process (as kill -9 would stop it) at this
+    /// step of a dead letter.
+    pub crash_at: Option<DeadLetterStep>,
+}
+
+/// The steps of a dead letter a crash test stops at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterStep {
+    /// The poison mark is durable; the dead letter is not appended.
+    AfterMark,
+    /// The dead letter is durable; the source record is not finished.
+    AfterAppend,
+}
+
+impl std::str::FromStr for DeadLetterStep {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "dead-letter-after-mark" => Ok(DeadLetterStep::AfterMark),
+            "dead-letter-after-append" => Ok(DeadLetterStep::AfterAppend),
+            other => Err(format!("unknown crash point {other:?}")),
+        }
+    }
 }
 
 impl Default for StreamsConfig {
@@ -189,6 +213,7 @@ impl Default for StreamsConfig {
             read_chunk_bytes: 4 << 20,
             default_content_type: "application/octet-stream".into(),
             watch_observations_max: super::watches::OBSERVERS_DEFAULT,
+            crash_at: None,
         }
     }
 }

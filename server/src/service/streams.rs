@@ -52,6 +52,8 @@ pub struct Streams {
     pub(super) appends_acknowledged: std::sync::atomic::AtomicU64,
     /// Watch journals of the collections served here (see `watches`).
     pub(super) watch_journals: Arc<super::watches::WatchJournals>,
+    /// Consumer groups of the streams served here (see `consumers`).
+    pub(super) live_consumers: super::consumers::LiveConsumers,
 }
 
 impl Streams {
@@ -90,6 +92,7 @@ impl Streams {
             startup_scanned: tokio::sync::watch::Sender::new(true),
             appends_acknowledged: Default::default(),
             watch_journals: Default::default(),
+            live_consumers: Default::default(),
         }
     }
 

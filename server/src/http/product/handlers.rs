@@ -21,6 +21,7 @@ use super::super::common::{
     empty, full, read_body, render, set, ApiError, ApiResult, AppState, Body, ProducerHeaders,
 };
 use super::super::live::{self, is_binary, LiveRead, Pace, SseFraming};
+use super::consumers;
 use super::errors::{bad, error, service_error, write_error, LIVE_CAPACITY_CODE};
 use super::parse::{seal_body, AppendCall, CollectionOp, CursorParam, ProductRoute, Transport};
 use super::scan::{scan, ScanCall};
@@ -138,10 +139,41 @@ pub async fn handle(
                     };
                     scan(&state, call).await
                 }
+                CollectionOp::ConfigureConsumer { consumer, key } => {
+                    let call = consumer_call(&project, &name, &consumer);
+                    consumers::configure(&state, call, key, body).await
+                }
+                CollectionOp::ConsumerInfo { consumer } => {
+                    consumers::info(&state, consumer_call(&project, &name, &consumer)).await
+                }
+                CollectionOp::DeleteConsumer { consumer, version } => {
+                    let call = consumer_call(&project, &name, &consumer);
+                    consumers::delete(&state, call, version).await
+                }
+                CollectionOp::Pull { consumer, key } => {
+                    let call = consumer_call(&project, &name, &consumer);
+                    consumers::pull(&state, call, key, body).await
+                }
+                CollectionOp::Settle { consumer, key } => {
+                    let call = consumer_call(&project, &name, &consumer);
+                    consumers::settle(&state, call, key, body).await
+                }
             }
         }
     };
     result.map_err(ApiError::product)
+}
+
+fn consumer_call<'a>(
+    project: &'a str,
+    name: &'a str,
+    consumer: &'a str,
+) -> consumers::ConsumerCall<'a> {
+    consumers::ConsumerCall {
+        project,
+        name,
+        consumer,
+    }
 }
 
 async fn catalog(

@@ -12,6 +12,8 @@
 //! * `GET /v1/streams/{name}:scan`: a page of a snapshot scan ([`scan`]).
 //! * `GET …/watches`, `…/watches/{w}`, `…/watches/{w}/keys/{watchKey}`:
 //!   watch definitions and observations under a capability ([`watches`]).
+//! * `PUT/GET/DELETE …/consumers/{c}`, `POST …/consumers/{c}:pull` and
+//!   `:settle`: consumer groups ([`consumers`]).
 //! * `GET /v1/streams`: the catalog.
 //!
 //! Every answer is `Cache-Control: no-store`, and the stream key
@@ -20,6 +22,7 @@
 //! [`handlers`] runs it against the service, [`errors`] names service
 //! errors as the product does.
 
+pub mod consumers;
 pub mod errors;
 pub mod handlers;
 pub mod parse;

@@ -19,6 +19,7 @@ use super::super::common::{
 use super::errors::{bad, error, method_not_allowed, unknown_route};
 use crate::ds::json;
 use crate::service::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
+use crate::service::product::consumer_config::valid_consumer_name;
 use crate::service::product::scan_cursor::{SCAN_BYTES_DEFAULT, SCAN_BYTES_MAX, SCAN_BYTES_MIN};
 use crate::service::product::watch_cap::parse_capability;
 use crate::service::product::watch_keys::WatchKey;
@@ -51,6 +52,9 @@ const REMOVED_HEADERS: [&str; 9] = [
 const KEY_HEADER: &str = "prisma-encryption-key";
 
 const ROUTING_KEY_HEADER: &str = "prisma-routing-key";
+
+/// The version of a consumer group (answered on reads, required by deletes).
+pub const CONSUMER_VERSION_HEADER: &str = "prisma-consumer-version";
 
 /// What a request to `/v1/streams…` asks for.
 #[derive(Debug)]
@@ -129,6 +133,28 @@ pub enum CollectionOp {
         key: StreamKey,
         cursor: Option<String>,
         max_bytes: usize,
+    },
+    /// Creates a consumer group (or finds it configured the same way).
+    ConfigureConsumer {
+        consumer: String,
+        key: StreamKey,
+    },
+    ConsumerInfo {
+        consumer: String,
+    },
+    /// Deletes a consumer group at the version `Prisma-Consumer-Version`
+    /// names.
+    DeleteConsumer {
+        consumer: String,
+        version: Result<u64, ApiError>,
+    },
+    Pull {
+        consumer: String,
+        key: StreamKey,
+    },
+    Settle {
+        consumer: String,
+        key: StreamKey,
     },
 }
 
@@ -271,6 +297,47 @@ enum Target {
     Sse,
     Seal,
     Scan,
+    Consumer(ConsumerVerb),
+}
+
+/// What a `…/consumers/{c}` path asks of the consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConsumerVerb {
+    Config,
+    Pull,
+    Settle,
+}
+
+/// Splits `{name}/consumers/{consumer}[:verb]` (still encoded): the last
+/// `/consumers/` whose remainder is one segment.
+fn split_consumer(rest: &str) -> Option<Result<(&str, &str, ConsumerVerb), ApiError>> {
+    let at = rest.rfind("/consumers/")?;
+    let (name, tail) = (&rest[..at], &rest[at + "/consumers/".len()..]);
+    if name.is_empty() || tail.contains('/') {
+        return None;
+    }
+    let (consumer, verb) = match tail.split_once(':') {
+        None => (tail, ConsumerVerb::Config),
+        Some((consumer, "pull")) => (consumer, ConsumerVerb::Pull),
+        Some((consumer, "settle")) => (consumer, ConsumerVerb::Settle),
+        Some(_) => return Some(Err(unknown_route())),
+    };
+    Some(Ok((name, consumer, verb)))
+}
+
+/// Decodes and validates a consumer name (one segment of 1–128 bytes).
+fn consumer_name(raw: &str) -> Result<String, ApiError> {
+    let invalid = || {
+        bad("invalid_consumer_name", "a consumer name is one segment of 1 to 128 bytes, without '/', ':' or control characters")
+    };
+    let name = percent_decode(raw.as_bytes())
+        .decode_utf8()
+        .map_err(|_| invalid())?
+        .into_owned();
+    if !valid_consumer_name(&name) {
+        return Err(invalid());
+    }
+    Ok(name)
 }
 
 /// Splits the (still encoded) path after `/v1/streams/` into the name and
@@ -292,6 +359,10 @@ fn split_target(rest: &str) -> Result<(&str, Target), ApiError> {
     }
     if let Some(name) = rest.strip_suffix(":scan") {
         return Ok((name, Target::Scan));
+    }
+    if let Some(split) = split_consumer(rest) {
+        let (name, _, verb) = split?;
+        return Ok((name, Target::Consumer(verb)));
     }
     // Routes of later phases (consumers, watches), and unknown verbs.
     let last = rest.rsplit('/').next().unwrap_or("");
@@ -504,6 +575,17 @@ pub fn parse_route(
     }
     let (raw_name, target) = split_target(rest)?;
     let name = collection_name(raw_name)?;
+    if let Target::Consumer(verb) = target {
+        allow_only(&[])?;
+        let raw = split_consumer(rest)
+            .and_then(Result::ok)
+            .map_or("", |(_, consumer, _)| consumer);
+        let op = consumer_op(verb, method.clone(), consumer_name(raw)?, headers)?;
+        return Ok(ProductRoute::Collection {
+            name,
+            op: Box::new(op),
+        });
+    }
     let op = match (target, method.clone()) {
         (Target::Collection, m) => {
             allow_only(&[])?;
@@ -595,10 +677,58 @@ pub fn parse_route(
         }
         (Target::Records, _) => return Err(method_not_allowed("GET, POST")),
         (Target::LongPoll, _) | (Target::Sse, _) => return Err(method_not_allowed("GET")),
+        (Target::Consumer(_), _) => return Err(unknown_route()),
     };
     Ok(ProductRoute::Collection {
         name,
         op: Box::new(op),
+    })
+}
+
+/// The operation a consumer path and method name.
+fn consumer_op(
+    verb: ConsumerVerb,
+    method: Method,
+    consumer: String,
+    headers: &HeaderMap,
+) -> Result<CollectionOp, ApiError> {
+    Ok(match (verb, method) {
+        (ConsumerVerb::Config, Method::PUT) => CollectionOp::ConfigureConsumer {
+            consumer,
+            key: stream_key(headers)?,
+        },
+        (ConsumerVerb::Config, Method::GET) => CollectionOp::ConsumerInfo { consumer },
+        (ConsumerVerb::Config, Method::DELETE) => CollectionOp::DeleteConsumer {
+            consumer,
+            version: consumer_version(headers),
+        },
+        (ConsumerVerb::Config, _) => return Err(method_not_allowed("GET, PUT, DELETE")),
+        (ConsumerVerb::Pull, Method::POST) => CollectionOp::Pull {
+            consumer,
+            key: stream_key(headers)?,
+        },
+        (ConsumerVerb::Settle, Method::POST) => CollectionOp::Settle {
+            consumer,
+            key: stream_key(headers)?,
+        },
+        (_, _) => return Err(method_not_allowed("POST")),
+    })
+}
+
+/// `Prisma-Consumer-Version`: the version a delete expects.
+fn consumer_version(headers: &HeaderMap) -> Result<u64, ApiError> {
+    let text = header(headers, CONSUMER_VERSION_HEADER)?.ok_or_else(|| {
+        error(
+            StatusCode::PRECONDITION_REQUIRED,
+            "missing_consumer_version",
+            "a consumer delete needs Prisma-Consumer-Version (from a read of the consumer)",
+        )
+    })?;
+    text.parse::<u64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+        bad(
+            "invalid_consumer_version",
+            "Prisma-Consumer-Version is a positive whole number",
+        )
     })
 }
 
