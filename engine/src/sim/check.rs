@@ -72,13 +72,18 @@ impl World {
                 Err(ViewError::Failed(m)) => return Err(self.fail(m)),
             }
         }
-        let acked_before: Vec<BTreeMap<u64, Bytes>> = self
+        let (acked_before, consumers_before): (Vec<BTreeMap<u64, Bytes>>, Vec<_>) = self
             .model
             .lock()
             .streams
             .iter()
-            .map(|s| s.acked.clone())
-            .collect();
+            .map(|s| {
+                (
+                    s.acked.clone(),
+                    (s.live && s.consumer).then(|| s.consumer_done.clone()),
+                )
+            })
+            .unzip();
         let visible = match self.visible(&current, false).await {
             Ok(view) => view,
             Err(ViewError::Superseded) => {
@@ -89,6 +94,16 @@ impl World {
         let log = self.store_log().await?;
         {
             let mut model = self.model.lock();
+            for (index, acked) in consumers_before.iter().enumerate() {
+                let (Some(acked), true) = (acked, visible[index].is_some()) else {
+                    continue;
+                };
+                let stream = model.streams[index].stream;
+                let done = current.consumer(&stream, super::workload::SIM_CONSUMER);
+                model
+                    .check_consumer(index, done.as_ref().map(|c| &c.done), acked)
+                    .map_err(|m| self.fail(m))?;
+            }
             for (index, records) in visible.iter().enumerate() {
                 let Some(records) = records else {
                     continue;

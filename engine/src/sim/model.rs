@@ -4,7 +4,7 @@
 //! and, across all streams, the payloads of appends refused with a definite
 //! answer (payloads are unique in a run, so a refused one must never show).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use bytes::Bytes;
 
@@ -29,6 +29,14 @@ pub(super) struct StreamModel {
     /// The next `Stream-Seq` value to hand out (zero-padded, so bytes order
     /// is numeric order).
     pub next_seq: u64,
+    /// The incarnation's consumer group was configured (confirmed).
+    pub consumer: bool,
+    /// Positions the consumer's acknowledged changes finished…
+    pub consumer_done: BTreeSet<u64>,
+    /// …and those of changes refused with a definite answer.
+    pub consumer_refused: BTreeSet<u64>,
+    /// The next position a consumer change finishes.
+    pub next_done: u64,
 }
 
 impl StreamModel {
@@ -41,6 +49,10 @@ impl StreamModel {
             seen: BTreeMap::new(),
             seqs: BTreeMap::new(),
             next_seq: 1,
+            consumer: false,
+            consumer_done: BTreeSet::new(),
+            consumer_refused: BTreeSet::new(),
+            next_done: 0,
         }
     }
 
@@ -74,6 +86,7 @@ pub struct WorkloadStats {
     pub recoveries: u64,
     pub refused_repairs: u64,
     pub power_losses: u64,
+    pub consumer_changes: u64,
 }
 
 impl WorkloadStats {
@@ -93,6 +106,7 @@ impl WorkloadStats {
         self.recoveries += o.recoveries;
         self.refused_repairs += o.refused_repairs;
         self.power_losses += o.power_losses;
+        self.consumer_changes += o.consumer_changes;
     }
 }
 
@@ -171,6 +185,33 @@ impl Model {
         } else {
             self.stats.unknown_appends += 1;
         }
+    }
+
+    /// Checks the durable consumer state the newest owner holds for stream
+    /// `index` against the changes acknowledged before it was read.
+    pub fn check_consumer(
+        &self,
+        index: usize,
+        done: Option<&crate::consumer::durable::DoneSet>,
+        acked: &BTreeSet<u64>,
+    ) -> Result<(), String> {
+        let model = &self.streams[index];
+        let Some(done) = done else {
+            return Err(format!(
+                "stream {index}: its confirmed consumer group is gone"
+            ));
+        };
+        if let Some(lost) = acked.iter().find(|p| !done.contains(**p)) {
+            return Err(format!(
+                "stream {index}: an acknowledged consumer change (position {lost} done) is lost"
+            ));
+        }
+        if let Some(refused) = model.consumer_refused.iter().find(|p| done.contains(**p)) {
+            return Err(format!(
+                "stream {index}: a consumer change refused with a definite answer (position {refused}) is in the state"
+            ));
+        }
+        Ok(())
     }
 
     /// Checks what an owner shows of stream `index` (offset → payload, read

@@ -17,6 +17,8 @@ use sha2::{Digest, Sha256};
 use super::model::{is_definite, Model};
 use super::world::{SimFailure, Trace, World};
 use crate::admin::repair::{self, RepairOptions, RepairOutcome};
+use crate::consumer::durable::{ConsumerChange, ConsumerSetup};
+use crate::consumer::{ConsumerConfig, ConsumerEvent, RecordRef};
 use crate::error::EngineError;
 use crate::ids::{InstanceId, StreamRef};
 use crate::layout::{ObjectId, ShardLayout};
@@ -32,6 +34,23 @@ const LIFECYCLE_ATTEMPTS_MAX: usize = 100;
 const PRODUCER_ATTEMPTS_MAX: usize = 300;
 /// The instance id operator tools run as.
 const OPERATOR: InstanceId = InstanceId([0xee; 16]);
+
+/// The consumer group every simulated stream has.
+pub(super) const SIM_CONSUMER: &str = "sim";
+
+/// A consumer change that finishes `position` (a record of key `c`).
+fn sim_consumer_finish(position: u64) -> ConsumerChange {
+    ConsumerChange::Records {
+        generation: 1,
+        floor: 0,
+        events: vec![ConsumerEvent::Finished {
+            record: RecordRef {
+                routing_key: Bytes::from_static(b"c"),
+                position,
+            },
+        }],
+    }
+}
 
 /// A `Stream-Seq` value: zero-padded, so byte order is numeric order.
 fn stream_seq(n: u64) -> Bytes {
@@ -189,6 +208,101 @@ impl World {
         });
     }
 
+    /// Logs a few consumer changes: each finishes the next position of its
+    /// stream's consumer group (through the newest owner or an older one).
+    pub(super) fn spawn_consumer_changes(&mut self) {
+        let count = self.rng.random_range(1..=4);
+        for _ in 0..count {
+            let index = self.rng.random_range(0..self.config.streams);
+            let via_old = self.owners.len() > 1 && self.rng.random_bool(0.2);
+            let Some(owner) = (if via_old {
+                self.owners
+                    .get(self.rng.random_range(0..self.owners.len() - 1))
+            } else {
+                self.owners.last()
+            }) else {
+                return;
+            };
+            let (shard, instance) = (owner.shard.clone(), owner.instance);
+            let (stream, position) = {
+                let mut model = self.model.lock();
+                let slot = &mut model.streams[index];
+                if !slot.consumer {
+                    continue;
+                }
+                slot.next_done += 1;
+                (slot.stream, slot.next_done)
+            };
+            let change = sim_consumer_finish(position);
+            let (model, trace) = (self.model.clone(), self.trace.clone());
+            self.tasks.spawn(async move {
+                let answer = tokio::time::timeout(
+                    Duration::from_secs(3600),
+                    shard.change_consumer(stream, SIM_CONSUMER, &change),
+                )
+                .await;
+                let mut model = model.lock();
+                model.stats.consumer_changes += 1;
+                let Some(slot) = model.slot(&stream) else {
+                    return;
+                };
+                match answer {
+                    Err(_) => model.violations.push(format!(
+                        "a consumer change of stream {index} never answered"
+                    )),
+                    Ok(Ok(())) => {
+                        trace
+                            .lock()
+                            .event(&format!("consumer ack {instance} s{index} {position}"));
+                        model.streams[slot].consumer_done.insert(position);
+                    }
+                    Ok(Err(e)) if is_definite(&e) => {
+                        model.streams[slot].consumer_refused.insert(position);
+                    }
+                    Ok(Err(_)) => {}
+                }
+            });
+        }
+    }
+
+    /// Configures stream slot `index`'s consumer group (confirmed, or
+    /// given up: then the slot has none).
+    async fn configure_consumer(&mut self, index: usize) -> Result<(), SimFailure> {
+        let stream = self.model.lock().streams[index].stream;
+        let configure = ConsumerChange::Configure {
+            generation: 1,
+            setup: ConsumerSetup {
+                config: ConsumerConfig {
+                    visibility_ms: 1_000,
+                    max_attempts: 3,
+                    max_batch: 10,
+                },
+                settings: Bytes::new(),
+            },
+        };
+        for _ in 0..LIFECYCLE_ATTEMPTS_MAX {
+            self.apply_planned_crashes().await?;
+            let Some((shard, id)) = self.current().map(|o| (o.shard.clone(), o.id)) else {
+                continue;
+            };
+            let changing = shard.change_consumer(stream, SIM_CONSUMER, &configure);
+            match self.on_owner(id, changing).await {
+                Some(Ok(())) => {
+                    self.model.lock().streams[index].consumer = true;
+                    self.event(format!("configured the consumer of s{index}"));
+                    return Ok(());
+                }
+                Some(Err(EngineError::Fenced)) => self.reopen_fenced().await?,
+                Some(Err(e)) if retryable(&e) => self.event(format!("configure s{index}: {e}")),
+                Some(Err(e)) => return Err(self.fail(format!("consumer of stream {index}: {e}"))),
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.event(format!("configure s{index} given up"));
+        Ok(())
+    }
+
     /// Creates stream slot `index`'s current incarnation (confirmed).
     pub(super) async fn create_stream(&mut self, index: usize) -> Result<(), SimFailure> {
         let stream = self.model.lock().streams[index].stream;
@@ -207,7 +321,7 @@ impl World {
                         "created s{index} incarnation {}",
                         stream.incarnation
                     ));
-                    return Ok(());
+                    return self.configure_consumer(index).await;
                 }
                 // The owner lost the shard: a fleet opens it again.
                 Some(Err(EngineError::Fenced)) => self.reopen_fenced().await?,

@@ -358,6 +358,7 @@ impl World {
             81..=84 => self.delete_and_recreate().await?,
             85..=86 => self.operator_rollback().await?,
             87..=88 => self.operator_recover().await?,
+            89..=92 => self.spawn_consumer_changes(),
             _ => self.pass_time().await,
         }
         Ok(())

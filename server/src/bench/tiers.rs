@@ -8,6 +8,8 @@ use bytes::Bytes;
 use clap::Args;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
+use strata_engine::consumer::durable::{ConsumerChange, ConsumerSetup};
+use strata_engine::consumer::{ConsumerConfig, ConsumerEvent, RecordRef};
 use strata_engine::shard::ChunkCache;
 use strata_engine::store::{Latency, Layered, RequestCounts, RequestTotals};
 use strata_engine::{
@@ -303,6 +305,11 @@ pub struct ReopenBench {
     /// WAL objects written after the last seal (replayed by the open).
     #[arg(long, default_value_t = 48)]
     wal_objects: usize,
+    /// Consumer groups, spread over the streams, each with a lease out and
+    /// a record done, sealed into the index runs (the WAL objects after the
+    /// seal then carry a consumer change each, too).
+    #[arg(long, default_value_t = 0)]
+    consumers: usize,
     /// Emulated latency of every store call during the open, in milliseconds.
     #[arg(long, default_value_t = 25)]
     latency_ms: u64,
@@ -317,6 +324,7 @@ pub struct ReopenBench {
 #[derive(Debug, serde::Serialize)]
 struct ReopenReport {
     streams: usize,
+    consumers: usize,
     wal_objects_replayed: u64,
     latency_ms: u64,
     open_ms_median: f64,
@@ -333,13 +341,83 @@ pub fn reopen(args: &ReopenBench) -> Result<(), BenchError> {
         println!("{}", serde_json::to_string(&report).expect("serialisable"));
     } else {
         println!(
-            "reopen bench: {} streams, {} WAL objects replayed, {} ms per store call",
-            report.streams, report.wal_objects_replayed, report.latency_ms
+            "reopen bench: {} streams, {} consumers, {} WAL objects replayed, {} ms per store call",
+            report.streams, report.consumers, report.wal_objects_replayed, report.latency_ms
         );
         println!(
             "  open {:.0} ms median, {:.0} ms max; {} store requests per open",
             report.open_ms_median, report.open_ms_max, report.requests_per_open
         );
+    }
+    Ok(())
+}
+
+/// The stream consumer `c` is on.
+fn s_of(c: usize, streams: usize) -> StreamRef {
+    stream(c % streams.max(1))
+}
+
+/// Consumer `c`'s name and a records change of it: a delivery of the
+/// stream's record at `position` (and the one before done).
+fn consumer_change(c: usize, position: u64) -> (String, ConsumerChange) {
+    let record = |p: u64| RecordRef {
+        routing_key: Bytes::from(format!("key-{c}")),
+        position: p,
+    };
+    let change = ConsumerChange::Records {
+        generation: 1,
+        floor: 0,
+        events: vec![
+            ConsumerEvent::Delivered {
+                record: record(position),
+                lease: position + 1,
+                deadline_ms: 1_000_000,
+            },
+            ConsumerEvent::Finished {
+                record: record(position.saturating_sub(1)),
+            },
+        ],
+    };
+    (format!("consumer-{c}"), change)
+}
+
+/// Creates `consumers` consumer groups over the streams, each with state.
+async fn configure_consumers(
+    writer: &Shard,
+    consumers: usize,
+    streams: usize,
+) -> Result<(), BenchError> {
+    let setup = ConsumerSetup {
+        config: ConsumerConfig {
+            visibility_ms: 30_000,
+            max_attempts: 5,
+            max_batch: 10,
+        },
+        settings: Bytes::from_static(
+            br#"{"visibilityTimeoutMs":30000,"maxAttempts":5,"maxBatchRecords":10}"#,
+        ),
+    };
+    let changes = (0..consumers).map(|c| {
+        let writer = writer.clone();
+        let setup = setup.clone();
+        async move {
+            let s = s_of(c, streams);
+            let name = format!("consumer-{c}");
+            let configure = ConsumerChange::Configure {
+                generation: 1,
+                setup,
+            };
+            writer.change_consumer(s, &name, &configure).await?;
+            let (_, change) = consumer_change(c, 1);
+            writer.change_consumer(s, &name, &change).await
+        }
+    });
+    for result in futures::stream::iter(changes)
+        .buffer_unordered(256)
+        .collect::<Vec<_>>()
+        .await
+    {
+        result?;
     }
     Ok(())
 }
@@ -378,15 +456,22 @@ async fn reopen_bench(args: &ReopenBench) -> Result<ReopenReport, BenchError> {
     {
         result?;
     }
+    configure_consumers(&writer, args.consumers, args.streams).await?;
     writer.seal_now().await?;
-    // Exactly `wal_objects` objects after the seal: one awaited append each.
+    // Exactly `wal_objects` objects after the seal: one awaited append each
+    // (with a consumer change when there are consumers).
     for i in 0..args.wal_objects {
+        let s = stream(i % args.streams.max(1));
+        if args.consumers > 0 {
+            let (name, change) = consumer_change(i % args.consumers, 2);
+            let _ = writer.start_change_consumer(
+                s_of(i % args.consumers, args.streams),
+                &name,
+                &change,
+            )?;
+        }
         writer
-            .append(AppendRequest::new(
-                stream(i % args.streams.max(1)),
-                cipher(),
-                vec![record.clone()],
-            ))
+            .append(AppendRequest::new(s, cipher(), vec![record.clone()]))
             .await?;
     }
     writer.crash();
@@ -420,6 +505,7 @@ async fn reopen_bench(args: &ReopenBench) -> Result<ReopenReport, BenchError> {
     times.sort_by(f64::total_cmp);
     Ok(ReopenReport {
         streams: args.streams,
+        consumers: args.consumers,
         wal_objects_replayed: replayed,
         latency_ms: args.latency_ms,
         open_ms_median: times[times.len() / 2],
