@@ -26,7 +26,9 @@ use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
 use crate::http::fleet::HttpPeers;
-use crate::http::peers::{HttpSourceReads, HttpSubscriptionPeers, PeerKey, PEER_KEY_LABEL};
+use crate::http::peers::{
+    HttpDeadLetterPeers, HttpSourceReads, HttpSubscriptionPeers, PeerKey, PEER_KEY_LABEL,
+};
 use crate::http::{AppState, FleetHttp, FleetRouting, HttpConfig};
 use crate::service::fleet::controller::LEASE_MARGIN_MS;
 use crate::service::fleet::heartbeat::{check_url, check_weight};
@@ -530,6 +532,14 @@ impl Server {
                         key: peer_key.clone(),
                     },
                 }));
+                state
+                    .streams
+                    .set_dead_letter_peers(Arc::new(HttpDeadLetterPeers {
+                        peers: HttpSubscriptionPeers {
+                            client: client.clone(),
+                            key: peer_key.clone(),
+                        },
+                    }));
                 let _ = state.fleet.set(FleetHttp {
                     fleet: fleet.clone(),
                     routing: args.fleet.fleet_routing,

@@ -6,7 +6,8 @@
 //! coordinator about appends) and `POST /v1/fleet/tails` (the coordinator
 //! reads the tails of a member's streams) — the fork-source route `POST
 //! /v1/fleet/source` (a member reads a fork source this one serves, with the
-//! caller's stream key), and their clients ([`HttpSubscriptionPeers`],
+//! caller's stream key), the dead-letter route `POST /v1/fleet/dead-letter`
+//! (a consumer's dead letter for a stream this one serves), and their clients ([`HttpSubscriptionPeers`],
 //! [`HttpSourceReads`]). The hand-off hint (`http::fleet`) checks the same key.
 //!
 //! Invariant: a request without the right key, or to a server that is not a
@@ -22,7 +23,9 @@ use serde::de::DeserializeOwned;
 
 pub use super::common::peer_key::{PeerKey, PEER_KEY_HEADER, PEER_KEY_LABEL};
 use super::common::{empty, full, read_body, ApiError, ApiResult, AppState, PeerClient};
-use crate::service::sources::{SourceBatch, SourceRead, SourceReads};
+use crate::service::sources::{
+    DeadLetterAppend, DeadLetterPeers, SourceBatch, SourceRead, SourceReads,
+};
 use crate::service::subscriptions::coordinator::{
     AppendedBatch, BoxFuture, PeerError, SubscriptionPeers, TailsAnswer, TailsRequest,
 };
@@ -34,6 +37,8 @@ pub const APPENDED_PATH: &str = "/v1/fleet/appended";
 pub const TAILS_PATH: &str = "/v1/fleet/tails";
 /// The fork-source route.
 pub const SOURCE_PATH: &str = "/v1/fleet/source";
+/// The dead-letter route.
+pub const DEAD_LETTER_PATH: &str = "/v1/fleet/dead-letter";
 /// The header of the stream key a source read decrypts with.
 const KEY_HEADER: &str = "stream-encryption-key";
 /// Largest body of a peer request or answer.
@@ -47,6 +52,7 @@ pub enum PeerRoute {
     Appended,
     Tails,
     Source,
+    DeadLetter,
 }
 
 /// The peer route of `path`, if it is one (`POST` only; pure).
@@ -58,6 +64,7 @@ pub fn peer_route(method: &http::Method, path: &str) -> Option<PeerRoute> {
         APPENDED_PATH => Some(PeerRoute::Appended),
         TAILS_PATH => Some(PeerRoute::Tails),
         SOURCE_PATH => Some(PeerRoute::Source),
+        DEAD_LETTER_PATH => Some(PeerRoute::DeadLetter),
         _ => None,
     }
 }
@@ -118,6 +125,19 @@ pub async fn handle(
                 .await
                 .map_err(|e| ApiError::from_service(&e, "unavailable"))?;
             json_answer(&batch)
+        }
+        PeerRoute::DeadLetter => {
+            let request: DeadLetterAppend = serde_json::from_slice(&body).map_err(bad)?;
+            let key =
+                key.ok_or_else(|| ApiError::bad_request("a dead letter needs its stream key"))?;
+            state
+                .streams
+                .append_dead_letter_here(&request, &key, state.store_deadline())
+                .await
+                .map_err(|e| ApiError::from_service(&e, "unavailable"))?;
+            let mut answer = Response::new(empty());
+            *answer.status_mut() = StatusCode::NO_CONTENT;
+            Ok(answer)
         }
     }
 }
@@ -225,6 +245,29 @@ impl SubscriptionPeers for HttpSubscriptionPeers {
     }
 }
 
+/// Dead letters over the peers' HTTP client.
+pub struct HttpDeadLetterPeers {
+    pub peers: HttpSubscriptionPeers,
+}
+
+impl DeadLetterPeers for HttpDeadLetterPeers {
+    fn append(
+        &self,
+        url: &str,
+        request: DeadLetterAppend,
+        key: &strata_segments::StreamKey,
+    ) -> BoxFuture<Result<(), ServiceError>> {
+        let sent = self
+            .peers
+            .post(url, DEAD_LETTER_PATH, &request, Some(key.to_base64url()));
+        Box::pin(async move {
+            sent.await.map(|_| ()).map_err(|e| {
+                ServiceError::Unavailable(format!("appending a dead letter at its owner: {e}"))
+            })
+        })
+    }
+}
+
 /// Fork-source reads over the peers' HTTP client.
 pub struct HttpSourceReads {
     pub peers: HttpSubscriptionPeers,
@@ -282,7 +325,12 @@ mod tests {
             peer_route(&Method::POST, TAILS_PATH),
             Some(PeerRoute::Tails)
         );
+        assert_eq!(
+            peer_route(&Method::POST, DEAD_LETTER_PATH),
+            Some(PeerRoute::DeadLetter)
+        );
         assert_eq!(peer_route(&Method::GET, TAILS_PATH), None);
+        assert_eq!(peer_route(&Method::GET, DEAD_LETTER_PATH), None);
         assert_eq!(peer_route(&Method::POST, "/v1/fleet/other"), None);
     }
 }

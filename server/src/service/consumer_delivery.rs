@@ -21,6 +21,7 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -40,7 +41,10 @@ use super::error::ServiceError;
 use super::media::is_json;
 use super::model::{AppendSpec, DeadLetterStep};
 use super::product::consumer_tokens::{LeaseToken, TokenScope};
+use super::sources::DeadLetterAppend;
 use super::streams::Streams;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// Read rounds one discovery makes at most (each up to
 /// `DISCOVER_RECORDS_MAX` records).
@@ -502,8 +506,7 @@ impl Streams {
         let rendered = if is_json(&at.desc.value.content_type) {
             serde_json::from_slice::<Value>(&value).unwrap_or(Value::Null)
         } else {
-            use base64::Engine as _;
-            Value::String(base64::engine::general_purpose::STANDARD.encode(&value))
+            Value::String(B64.encode(&value))
         };
         let payload = json!({
             "sourceStream": at.desc.value.name,
@@ -514,16 +517,52 @@ impl Streams {
             "value": rendered,
         })
         .to_string();
-        let digest: [u8; 16] = Sha256::digest(payload.as_bytes())[..16]
-            .try_into()
-            .map_err(|_| ServiceError::Internal("a 16-byte digest".into()))?;
+        let digest = Sha256::digest(payload.as_bytes());
+        let request = DeadLetterAppend {
+            project: scope.project.to_string(),
+            name: target.to_string(),
+            routing_key: B64.encode(&record.routing_key),
+            payload,
+            producer_id: format!("__dlq:{}:{message_id}", scope.consumer),
+            digest: hex::encode(&digest[..16]),
+        };
+        match self
+            .append_dead_letter_here(&request, scope.key, StoreDeadline::after(to.budget))
+            .await
+        {
+            Err(ServiceError::NotOwner { owner }) => {
+                let peers = self.dead_letter_peers.get().ok_or_else(|| {
+                    ServiceError::Unavailable("the dead-letter stream is served elsewhere".into())
+                })?;
+                peers.append(&owner, request, scope.key).await
+            }
+            other => other,
+        }
+    }
+
+    /// Appends a dead letter to a stream this member serves (a duplicate
+    /// of an earlier append of it counts as done).
+    pub async fn append_dead_letter_here(
+        &self,
+        request: &DeadLetterAppend,
+        key: &StreamKey,
+        deadline: StoreDeadline,
+    ) -> Result<(), ServiceError> {
+        let (routing_key, digest) = request
+            .parts()
+            .ok_or_else(|| ServiceError::BadRequest("a malformed dead letter".into()))?;
+        if !request.producer_id.starts_with("__dlq:") {
+            return Err(ServiceError::BadRequest(
+                "not a dead letter's producer".into(),
+            ));
+        }
         let spec = AppendSpec {
-            routing_key: record.routing_key.clone(),
+            routing_key,
             content_type: None,
             body: Bytes::new(),
-            records: Some(vec![Bytes::from(payload)]),
+            records: Some(vec![Bytes::from(request.payload.clone())]),
             producer: Some(ProducerClaim {
-                id: format!("__dlq:{}:{message_id}", scope.consumer),
+                id: request.producer_id.clone(),
                 epoch: 1,
                 seq: 0,
                 digest,
@@ -531,8 +570,7 @@ impl Streams {
             stream_seq: None,
             close: false,
         };
-        let deadline = StoreDeadline::after(to.budget);
-        self.append(scope.project, target, spec, scope.key, deadline)
+        self.append(&request.project, &request.name, spec, key, deadline)
             .await?;
         Ok(())
     }

@@ -116,6 +116,41 @@ impl SourceBatch {
     }
 }
 
+/// A dead letter for a stream another member serves: appended there with
+/// the producer the saga names (docs/API.md, "Dead letters").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetterAppend {
+    pub project: String,
+    /// The dead-letter stream.
+    pub name: String,
+    /// The source record's routing key, base64.
+    pub routing_key: String,
+    /// The dead letter's JSON text.
+    pub payload: String,
+    pub producer_id: String,
+    /// The producer digest, hex.
+    pub digest: String,
+}
+
+impl DeadLetterAppend {
+    /// The routing key and digest, decoded (`None`: not what a member sends).
+    pub fn parts(&self) -> Option<(Bytes, [u8; 16])> {
+        let routing_key = B64.decode(self.routing_key.as_bytes()).ok()?;
+        let digest: [u8; 16] = hex::decode(&self.digest).ok()?.try_into().ok()?;
+        Some((Bytes::from(routing_key), digest))
+    }
+}
+
+/// How a member appends a dead letter to a stream another member serves.
+pub trait DeadLetterPeers: Send + Sync {
+    fn append(
+        &self,
+        url: &str,
+        request: DeadLetterAppend,
+        key: &StreamKey,
+    ) -> BoxFuture<Result<(), ServiceError>>;
+}
+
 /// How a member reads a fork source another member serves.
 pub trait SourceReads: Send + Sync {
     /// Reads `request` from the member at `url`, under `key`.

@@ -43,6 +43,8 @@ pub struct Streams {
     pub(super) observer: OnceLock<Arc<dyn StreamObserver>>,
     /// Reads fork sources other fleet members serve (fleet members only).
     pub(super) source_reads: OnceLock<Arc<dyn super::sources::SourceReads>>,
+    /// Appends dead letters to streams other fleet members serve.
+    pub(super) dead_letter_peers: OnceLock<Arc<dyn super::sources::DeadLetterPeers>>,
     /// Deadlines of streams that expire (see `reaper`).
     pub(super) reaper: Arc<Reaper>,
     /// False from [`Streams::begin_startup_scan`] until the scan ended:
@@ -88,6 +90,7 @@ impl Streams {
             config,
             observer: OnceLock::new(),
             source_reads: OnceLock::new(),
+            dead_letter_peers: OnceLock::new(),
             reaper: Arc::new(Reaper::default()),
             startup_scanned: tokio::sync::watch::Sender::new(true),
             appends_acknowledged: Default::default(),
@@ -132,6 +135,10 @@ impl Streams {
     }
 
     /// How fork sources other fleet members serve are read.
+    pub fn set_dead_letter_peers(&self, peers: Arc<dyn super::sources::DeadLetterPeers>) {
+        let _ = self.dead_letter_peers.set(peers);
+    }
+
     pub fn set_source_reads(&self, reads: Arc<dyn super::sources::SourceReads>) {
         let _ = self.source_reads.set(reads);
     }
