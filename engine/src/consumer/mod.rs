@@ -1,5 +1,5 @@
 //! Consumer groups: the state machine of one consumer of one stream
-//! (contract: docs/API.md, "Consumer groups", once its routes exist).
+//! (contract: docs/API.md §8b, "Consumer groups").
 //!
 //! A consumer hands a stream's records out as leases, **at least once** and
 //! **first in, first out per routing key**: at most one lease per routing key

@@ -1,5 +1,5 @@
 //! A consumer group's name and configuration document
-//! (`PUT /v1/streams/{name}/consumers/{consumer}`, once its route exists):
+//! (`PUT /v1/streams/{name}/consumers/{consumer}`, docs/API.md §8b):
 //!
 //! ```json
 //! {"visibilityTimeoutMs": 30000, "maxAttempts": 5,
