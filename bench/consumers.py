@@ -1,6 +1,14 @@
 #!/usr/bin/env python3
 """Consumer-group throughput and latency (docs/BENCHMARKS.md).
 
+Two modes. `--mode drain` (the default) is described first; `--mode e2e`
+appends while the workers pull: --appenders threads append --records records
+(records:batch of --batch, each batch to the next routing key) while the
+workers long-poll (waitMs 1000) and ack, and the line adds the delivery
+latency from each batch's append acknowledgement to the pull that received
+its record (p50/p99), and the WAL objects the shard wrote per 1,000 messages
+(counted from the WAL slots of the local store: slots are numbered in order).
+
 Loads one JSON collection with --records records over --keys routing keys (in
 records:batch appends of --batch records, one key per batch), configures one
 consumer (maxBatchRecords = --max), and runs --workers threads that each loop
@@ -88,10 +96,38 @@ def rss_kib(pid):
     return None
 
 
+def wal_slot_max(data):
+    best = 0
+    shards = os.path.join(data, "shards")
+    for shard in os.listdir(shards) if os.path.isdir(shards) else []:
+        wal = os.path.join(shards, shard, "wal")
+        for name in os.listdir(wal) if os.path.isdir(wal) else []:
+            if name.isdigit():
+                best = max(best, int(name))
+    return best
+
+
+def appender(base, args, stats, lock, first, step):
+    url = f"{base}/v1/streams/{NAME}/records:batch"
+    batches = (args.records + args.batch - 1) // args.batch
+    for b in range(first, batches, step):
+        lo = b * args.batch
+        count = min(args.batch, args.records - lo)
+        body = "[" + ",".join(json.dumps({"n": lo + i}) for i in range(count)) + "]"
+        status, _ = request("POST", url, body.encode(),
+                            {"Prisma-Routing-Key": f"k{b % args.keys}",
+                             "Content-Type": "application/json"})
+        assert status == 200, status
+        acked = time.monotonic()
+        with lock:
+            for i in range(count):
+                stats["acked_at"][lo + i] = acked
+
+
 def worker(base, args, stats, lock, done):
     pull_url = f"{base}/v1/streams/{NAME}/consumers/bench:pull"
     settle_url = f"{base}/v1/streams/{NAME}/consumers/bench:settle"
-    pull_body = json.dumps({"max": args.max}).encode()
+    pull_body = json.dumps({"max": args.max, "waitMs": 1000 if args.mode == "e2e" else 0}).encode()
     while not done.is_set():
         t0 = time.monotonic()
         status, body = request("POST", pull_url, pull_body)
@@ -105,8 +141,11 @@ def worker(base, args, stats, lock, done):
                 if m["id"] in stats["seen"]:
                     stats["redelivered"] += 1
                 stats["seen"].add(m["id"])
+                acked = stats["acked_at"].get(m["value"]["n"])
+                if acked is not None:
+                    stats["delivery"].append(max(0.0, t1 - acked))
         if not messages:
-            if answer["backlog"] == 0:
+            if answer["backlog"] == 0 and stats["appended_all"].is_set():
                 done.set()
             continue
         acks = [{"leaseToken": m["leaseToken"]} for m in messages]
@@ -119,7 +158,7 @@ def worker(base, args, stats, lock, done):
             stats["settle"].append(t3 - t2)
             stats["acked"] += settled["acked"]
             stats["stale"] += settled["stale"]
-            if settled["backlog"] == 0:
+            if settled["backlog"] == 0 and stats["appended_all"].is_set():
                 done.set()
 
 
@@ -131,6 +170,8 @@ def main():
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--max", type=int, default=10)
     parser.add_argument("--put-latency-ms", type=int, default=0)
+    parser.add_argument("--mode", choices=["drain", "e2e"], default="drain")
+    parser.add_argument("--appenders", type=int, default=4)
     args = parser.parse_args()
     binary = os.environ.get("STRATA_BIN", os.path.join(ROOT, "target/release/strata"))
     with tempfile.TemporaryDirectory() as store, open(os.path.join(store, "server.log"), "w") as log:
@@ -142,21 +183,34 @@ def main():
             status, _ = request("PUT", f"{base}/v1/streams/{NAME}",
                                 b'{"format":{"kind":"json"}}')
             assert status == 201, status
-            load(base, args)
+            stats = {"pull": [], "settle": [], "seen": set(), "redelivered": 0,
+                     "acked": 0, "stale": 0, "acked_at": {}, "delivery": [],
+                     "appended_all": threading.Event()}
+            if args.mode == "drain":
+                load(base, args)
+                stats["appended_all"].set()
             doc = json.dumps({"maxBatchRecords": args.max, "visibilityTimeoutMs": 600_000})
             status, _ = request("PUT", f"{base}/v1/streams/{NAME}/consumers/bench", doc.encode())
             assert status == 201, status
-            stats = {"pull": [], "settle": [], "seen": set(), "redelivered": 0,
-                     "acked": 0, "stale": 0}
             lock, done = threading.Lock(), threading.Event()
             threads = [threading.Thread(target=worker, args=(base, args, stats, lock, done))
                        for _ in range(args.workers)]
+            appenders = []
+            if args.mode == "e2e":
+                appenders = [threading.Thread(target=appender,
+                                              args=(base, args, stats, lock, i, args.appenders))
+                             for i in range(args.appenders)]
+            slots_before = wal_slot_max(os.path.join(store, "data"))
             started = time.monotonic()
-            for t in threads:
+            for t in threads + appenders:
                 t.start()
+            for t in appenders:
+                t.join()
+            stats["appended_all"].set()
             for t in threads:
                 t.join()
             seconds = time.monotonic() - started
+            wal_objects = wal_slot_max(os.path.join(store, "data")) - slots_before
             print(json.dumps({
                 "records": args.records, "keys": args.keys, "workers": args.workers,
                 "max": args.max, "put_latency_ms": args.put_latency_ms,
@@ -169,6 +223,10 @@ def main():
                 "pull_ms_p99": percentile(stats["pull"], 0.99),
                 "settle_ms_p50": percentile(stats["settle"], 0.5),
                 "settle_ms_p99": percentile(stats["settle"], 0.99),
+                "mode": args.mode,
+                "delivery_ms_p50": percentile(stats["delivery"], 0.5),
+                "delivery_ms_p99": percentile(stats["delivery"], 0.99),
+                "wal_objects_per_1000_messages": round(wal_objects * 1000 / max(1, stats["acked"]), 1),
                 "server_peak_rss_kib": rss_kib(server.pid),
             }))
         finally:

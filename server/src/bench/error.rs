@@ -36,4 +36,6 @@ pub enum BenchError {
     SlateDb(#[from] ::slatedb::Error),
     #[error("read-back check failed: {0}")]
     Verify(String),
+    #[error("HTTP benchmark: {0}")]
+    Http(String),
 }

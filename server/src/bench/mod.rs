@@ -8,7 +8,8 @@
 //! never import it: shared pieces live in [`harness`] and [`error`], so the
 //! module's imports form no circle.
 //!
-//! * [`engine`], [`pages`], [`tiers`] (catch-up reads, re-open), [`compare`]:
+//! * [`engine`], [`pages`], [`tiers`] (catch-up reads, re-open), [`compare`],
+//!   [`consumers`] (consumer groups over HTTP against a spawned server):
 //!   one benchmark (family) each;
 //! * [`harness`]: what they share (counted stores, benchmark streams and shard,
 //!   the closed-loop driver); [`error`]: [`BenchError`].
@@ -19,6 +20,7 @@
 use clap::Subcommand;
 
 mod compare;
+mod consumers;
 mod engine;
 mod error;
 mod harness;
@@ -45,6 +47,9 @@ pub enum BenchCommand {
     Catchup(tiers::CatchupBench),
     /// Re-open a shard with many streams and WAL objects since its last seal.
     Reopen(tiers::ReopenBench),
+    /// Consumer groups end to end over HTTP: appends, long-polling pulls and
+    /// acknowledgements against a `strata serve` this command starts.
+    Consumers(consumers::ConsumersBench),
     /// Strata against a SlateDB build of the same log, in one process over the
     /// same emulated store (needs `--features slatedb-baseline`).
     Compare(compare::CompareBench),
@@ -55,6 +60,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
         BenchCommand::Catchup(args) => tiers::catchup(&args),
         BenchCommand::Reopen(args) => tiers::reopen(&args),
         BenchCommand::Compare(args) => compare::compare(&args),
+        BenchCommand::Consumers(args) => consumers::consumers(&args),
         BenchCommand::Pages(args) => pages::pages(&args),
         BenchCommand::Engine(args) => engine::engine(&args),
     }
