@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use bytes::{BufMut, Bytes, BytesMut};
 use strata_codec::{ReadBytes, ReadError};
 
-use super::{ConsumerConfig, ConsumerEvent, RecordRef};
+use super::event::{ConsumerConfig, ConsumerEvent, RecordRef};
 
 const CHANGE_VERSION: u8 = 1;
 const TABLE_VERSION: u8 = 1;

@@ -28,12 +28,14 @@
 //!   pauses beyond), and a settle names at most [`SETTLE_ITEMS_MAX`] tokens.
 
 pub mod durable;
+mod event;
 #[cfg(test)]
 mod model_tests;
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use durable::{DoneSet, DurableConsumer, HeadState};
+pub use event::{ConsumerConfig, ConsumerEvent, RecordRef};
 
 use bytes::Bytes;
 
@@ -41,14 +43,6 @@ use bytes::Bytes;
 pub const PENDING_MAX: usize = 100_000;
 /// Tokens one settle may name.
 pub const SETTLE_ITEMS_MAX: usize = 3_000;
-
-/// A consumer's settings (validated by the caller).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConsumerConfig {
-    pub visibility_ms: u64,
-    pub max_attempts: u32,
-    pub max_batch: usize,
-}
 
 /// What a lease token names: the record, and which delivery of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -125,54 +119,6 @@ pub struct Settled {
 pub enum SettleError {
     #[error("a settle names at most {SETTLE_ITEMS_MAX} tokens")]
     TooManyItems,
-}
-
-/// A record of a key, as events name it: an event about a key's oldest
-/// record names that record, so a log replayed out of step is caught.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordRef {
-    pub routing_key: Bytes,
-    pub position: u64,
-}
-
-/// One change of a consumer's state, as a log would carry it. Every event
-/// but `Discovered` is about a key's oldest pending record, which it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConsumerEvent {
-    /// Records found in the stream (all of them taken), and where the scan
-    /// that found them ended.
-    Discovered {
-        records: Vec<(u64, Bytes)>,
-        scanned_to: u64,
-    },
-    /// A lease's deadline passed: the record is free again.
-    Expired {
-        record: RecordRef,
-    },
-    Delivered {
-        record: RecordRef,
-        lease: u64,
-        deadline_ms: u64,
-    },
-    /// The record spent its attempts and awaits its dead letter.
-    Poisoned {
-        record: RecordRef,
-    },
-    /// The record is done (acknowledged or dead-lettered).
-    Finished {
-        record: RecordRef,
-    },
-    Retried {
-        record: RecordRef,
-        visible_at_ms: u64,
-    },
-    Extended {
-        record: RecordRef,
-        deadline_ms: u64,
-    },
-    DeadLetterFailed {
-        record: RecordRef,
-    },
 }
 
 /// An event that does not fit the state it is applied to (it names another

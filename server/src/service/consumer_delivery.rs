@@ -35,7 +35,8 @@ use strata_segments::StreamKey;
 use tokio::time::Instant;
 
 use super::chain::Level;
-use super::consumers::{ConsumerError, ConsumerStream, LiveConsumer, LiveKey, LiveState};
+use super::consumer_live::{LiveConsumer, LiveKey, LiveState};
+use super::consumers::{ConsumerError, ConsumerStream};
 use super::deadline::StoreDeadline;
 use super::error::ServiceError;
 use super::media::is_json;

@@ -4,7 +4,7 @@
 //!
 //! Ownership: a consumer's durable state lives in the shard that owns its
 //! stream, in the shard's WAL and index runs (`strata_engine::consumer::
-//! durable`). What this module keeps in memory, a [`LiveConsumer`] per
+//! durable`). What this server keeps in memory (`consumer_live.rs`), a `LiveConsumer` per
 //! (stream incarnation, shard owner epoch, consumer name), is derived: the
 //! durable state restored, plus the stream's pending records found again
 //! by reading it. It is dropped and rebuilt whenever its shard changes
@@ -17,7 +17,6 @@
 //! server are serialized, and a new consumer's generation is above every
 //! generation its stream ever gave.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -27,15 +26,12 @@ use strata_engine::{Shard, StreamRef};
 use strata_manifest::Versioned;
 use strata_segments::StreamKey;
 
+use super::consumer_live::{LiveConsumer, LiveKey, LiveState};
 use super::error::ServiceError;
 use super::product::consumer_config::ConsumerSettings;
 use super::registry::Descriptor;
 use super::routing::stream_ref;
 use super::streams::Streams;
-
-/// Live consumers kept at once; beyond, idle ones are dropped (and rebuilt
-/// from their durable state when next used).
-const LIVE_CONSUMERS_MAX: usize = 16_384;
 
 /// Why a consumer operation was refused, beyond the stream's own errors.
 #[derive(Debug, thiserror::Error)]
@@ -76,67 +72,6 @@ pub struct ConsumerInfo {
     pub version: u64,
     /// False when the configuration already existed.
     pub created: bool,
-}
-
-/// Which live consumer.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct LiveKey {
-    pub(super) stream: StreamRef,
-    pub(super) owner_epoch: u64,
-    pub(super) name: String,
-}
-
-/// A consumer as it is served now.
-pub(super) struct LiveConsumer {
-    pub(super) generation: u64,
-    pub(super) settings: ConsumerSettings,
-    pub(super) state: tokio::sync::Mutex<LiveState>,
-    /// Woken when a change of this consumer became durable (a settle can
-    /// free a key a waiting pull may take).
-    pub(super) changed: tokio::sync::Notify,
-}
-
-pub(super) struct LiveState {
-    pub(super) consumer: Consumer,
-    /// A change failed or its outcome is unknown: rebuild before use.
-    pub(super) broken: bool,
-    /// Dead letters a restore found started and not finished.
-    pub(super) resume_dead_letters: bool,
-}
-
-/// The live consumers of this server, and the lock of configuration changes.
-#[derive(Default)]
-pub struct LiveConsumers {
-    live: parking_lot::Mutex<HashMap<LiveKey, Arc<LiveConsumer>>>,
-    config_changes: tokio::sync::Mutex<()>,
-}
-
-impl LiveConsumers {
-    fn get(&self, key: &LiveKey) -> Option<Arc<LiveConsumer>> {
-        self.live.lock().get(key).cloned()
-    }
-
-    fn insert(&self, key: LiveKey, consumer: Arc<LiveConsumer>) -> Arc<LiveConsumer> {
-        let mut live = self.live.lock();
-        if live.len() >= LIVE_CONSUMERS_MAX {
-            live.retain(|_, c| Arc::strong_count(c) > 1);
-        }
-        live.entry(key).or_insert(consumer).clone()
-    }
-
-    pub(super) fn forget(&self, key: &LiveKey) {
-        self.live.lock().remove(key);
-    }
-
-    /// Wakes the pulls waiting on consumer `name` of `stream` (it changed
-    /// under them: they look again).
-    fn wake(&self, stream: &StreamRef, name: &str) {
-        for (key, live) in self.live.lock().iter() {
-            if key.stream == *stream && key.name == name {
-                live.changed.notify_waiters();
-            }
-        }
-    }
 }
 
 /// A consumer operation's stream, resolved.

@@ -32,6 +32,7 @@ mod append;
 mod chain;
 mod cipher;
 mod consumer_delivery;
+mod consumer_live;
 pub mod consumers;
 mod create;
 mod deadline;

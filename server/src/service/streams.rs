@@ -55,7 +55,7 @@ pub struct Streams {
     /// Watch journals of the collections served here (see `watches`).
     pub(super) watch_journals: Arc<super::watches::WatchJournals>,
     /// Consumer groups of the streams served here (see `consumers`).
-    pub(super) live_consumers: super::consumers::LiveConsumers,
+    pub(super) live_consumers: super::consumer_live::LiveConsumers,
 }
 
 impl Streams {
