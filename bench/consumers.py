@@ -25,38 +25,16 @@ settle waits for its change's WAL write, like an append.
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
+
+from scan import free_port, start  # the same server start as the scan bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "c3RyYXRhLWJlbmNoLWtleS0zMi1ieXRlcy1sb25nISE"
 NAME = "consumer-bench"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(binary, store, port, log, extra):
-    args = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--store", store] + extra
-    server = subprocess.Popen(args, stdout=log, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(base + "/healthz", timeout=1).read()
-            return server, base
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.05)
-    server.kill()
-    sys.exit("the server did not start")
 
 
 def request(method, url, body=None, headers=None):

@@ -8,29 +8,11 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::fleet::{Fleet, MEMBERS};
+use common::fleet::{settled, Fleet, MEMBERS};
 use common::product::{Answer, Api, JSON_DOC};
 use common::DEV_KEY;
 use reqwest::Method;
 use serde_json::{json, Value};
-
-/// Sends until a member answers other than a retryable 503 or a dropped
-/// connection (the fleet may still be settling its shards, or failing one
-/// over), for at most about 30 s.
-async fn settled(make: impl Fn() -> reqwest::RequestBuilder) -> Answer {
-    for _ in 0..300 {
-        if let Ok(response) = make().send().await {
-            let answer = Answer::from(response).await;
-            if answer.status != 503 {
-                return answer;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no member answered");
-}
 
 /// The member serving `name` (from the `Streams-Replay-To` answers).
 async fn owner_of(fleet: &Fleet, apis: &[Api], name: &str) -> usize {

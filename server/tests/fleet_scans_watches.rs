@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::fleet::{Fleet, MEMBERS};
+use common::fleet::{settled, Fleet, MEMBERS};
 use common::product::{epoch_of, Answer, Api, QueryPairs};
 use common::DEV_KEY;
 use reqwest::Method;
@@ -24,21 +24,6 @@ use strata_server::service::DEFAULT_PROJECT;
 
 const DOC: &str =
     r#"{"format":{"kind":"json"},"watches":[{"name":"by-customer","fields":["/customerId"]}]}"#;
-
-/// Sends until a member answers other than a retryable 503 (the fleet may
-/// still be settling its shards), at most a bounded number of times.
-async fn settled(make: impl Fn() -> reqwest::RequestBuilder) -> Answer {
-    for _ in 0..200 {
-        if let Ok(response) = make().send().await {
-            let answer = Answer::from(response).await;
-            if answer.status != 503 {
-                return answer;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no member answered");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_and_observations_are_served_through_any_member() {

@@ -38,9 +38,13 @@ struct Ledger {
     violations: Vec<String>,
 }
 
-/// The server's current address, and a clock of logical ticks.
+/// The server's current address and its restarts, a clock of logical
+/// ticks, and the count of confirmed acknowledgements (the tests wait on
+/// these, never on time).
 struct Shared {
     base: RwLock<String>,
+    restarts: tokio::sync::watch::Sender<u64>,
+    confirmed: tokio::sync::watch::Sender<usize>,
     tick: AtomicU64,
     stop: AtomicBool,
 }
@@ -55,9 +59,11 @@ impl Shared {
     }
 }
 
-/// POSTs `body` until the server answers 200 (it may be down or restarting).
+/// POSTs `body` until the server answers 200: a request that fails waits
+/// for the next restart (at most a few seconds, then it is sent again).
 async fn post_until_answered(shared: &Shared, path: &str, body: &Value) -> Option<Value> {
-    for _ in 0..600 {
+    for _ in 0..100 {
+        let started = *shared.restarts.borrow();
         let api = shared.api();
         let sent = api
             .request(Method::POST, path)
@@ -77,7 +83,9 @@ async fn post_until_answered(shared: &Shared, path: &str, body: &Value) -> Optio
         if shared.stop.load(Ordering::SeqCst) {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut restarts = shared.restarts.subscribe();
+        let restarted = restarts.wait_for(|r| *r > started);
+        let _ = tokio::time::timeout(Duration::from_secs(3), restarted).await;
     }
     panic!("{path}: the server never answered");
 }
@@ -145,6 +153,7 @@ async fn ack_worker(shared: Arc<Shared>, ledger: Arc<Mutex<Ledger>>) {
                     for m in &messages {
                         ledger.confirmed.insert(key_n(m), at);
                     }
+                    shared.confirmed.send_replace(ledger.confirmed.len());
                 }
             }
         }
@@ -180,7 +189,9 @@ async fn backlog(shared: &Shared, consumer: &str) -> u64 {
     // `max` 1 with a lease long enough to matter little: the count is what
     // is read here; a message it takes is settled by the workers' next round
     // after its visibility.
-    let answer = post_until_answered(shared, &path, &json!({"max": 1}))
+    // The server's own wait paces the polls (nothing to hand out: it
+    // answers after 200 ms).
+    let answer = post_until_answered(shared, &path, &json!({"max": 1, "waitMs": 200}))
         .await
         .expect("answered");
     answer["backlog"].as_u64().unwrap()
@@ -217,6 +228,8 @@ async fn consumers_keep_their_promises_across_kill_9_under_traffic() {
 
     let shared = Arc::new(Shared {
         base: RwLock::new(server.base.clone()),
+        restarts: tokio::sync::watch::Sender::new(0),
+        confirmed: tokio::sync::watch::Sender::new(0),
         tick: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
@@ -230,16 +243,17 @@ async fn consumers_keep_their_promises_across_kill_9_under_traffic() {
     }
     for kill in 0..KILLS {
         // Let traffic get going (a condition: some acknowledgements landed).
-        let target = (kill as u64 + 1) * KEYS * PER_KEY / (KILLS as u64 + 2);
-        for _ in 0..600 {
-            if ledger.lock().confirmed.len() as u64 >= target {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let target = ((kill as u64 + 1) * KEYS * PER_KEY / (KILLS as u64 + 2)) as usize;
+        let mut confirmed = shared.confirmed.subscribe();
+        let progressed = confirmed.wait_for(|n| *n >= target);
+        tokio::time::timeout(Duration::from_secs(60), progressed)
+            .await
+            .expect("the workers make progress")
+            .expect("the counter lives");
         server.kill_9();
         server = start(dir.path()).await;
         *shared.base.write() = server.base.clone();
+        shared.restarts.send_modify(|r| *r += 1);
     }
     // Drain: both consumers' backlogs reach 0.
     for consumer in ["ack", "dead"] {
@@ -249,7 +263,6 @@ async fn consumers_keep_their_promises_across_kill_9_under_traffic() {
                 drained = true;
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(drained, "{consumer} never drained");
     }

@@ -225,7 +225,6 @@ impl DurableConsumer {
     /// Folds one record event (a replay out of step changes what it names
     /// and nothing else).
     fn fold(&mut self, event: &ConsumerEvent) {
-        let head = head_of;
         match event {
             ConsumerEvent::Discovered { .. } => {}
             ConsumerEvent::Delivered {
@@ -233,7 +232,7 @@ impl DurableConsumer {
                 lease,
                 deadline_ms,
             } => {
-                let state = head(&mut self.heads, record);
+                let state = head_of(&mut self.heads, record);
                 state.attempts = state.attempts.saturating_add(1);
                 state.lease = Some(DurableLease {
                     id: *lease,
@@ -242,9 +241,9 @@ impl DurableConsumer {
                 self.last_lease = self.last_lease.max(*lease);
                 self.after_key = Some(record.routing_key.clone());
             }
-            ConsumerEvent::Expired { record } => head(&mut self.heads, record).lease = None,
+            ConsumerEvent::Expired { record } => head_of(&mut self.heads, record).lease = None,
             ConsumerEvent::Poisoned { record } => {
-                head(&mut self.heads, record).dead_lettering = true;
+                head_of(&mut self.heads, record).dead_lettering = true;
             }
             ConsumerEvent::Finished { record } => {
                 if self
@@ -260,7 +259,7 @@ impl DurableConsumer {
                 record,
                 visible_at_ms,
             } => {
-                let state = head(&mut self.heads, record);
+                let state = head_of(&mut self.heads, record);
                 state.lease = None;
                 state.visible_at_ms = *visible_at_ms;
             }
@@ -268,12 +267,12 @@ impl DurableConsumer {
                 record,
                 deadline_ms,
             } => {
-                if let Some(lease) = head(&mut self.heads, record).lease.as_mut() {
+                if let Some(lease) = head_of(&mut self.heads, record).lease.as_mut() {
                     lease.deadline_ms = *deadline_ms;
                 }
             }
             ConsumerEvent::DeadLetterFailed { record } => {
-                head(&mut self.heads, record).dead_lettering = false;
+                head_of(&mut self.heads, record).dead_lettering = false;
             }
         }
     }

@@ -394,6 +394,11 @@ impl Consumer {
             .min()
     }
 
+    /// How many keys wait for a dead letter.
+    pub fn dead_letters_waiting(&self) -> usize {
+        self.keys.values().filter(|s| s.dead_lettering).count()
+    }
+
     /// Records handed out as poison and still waiting for their dead
     /// letter (a restored consumer resumes them).
     pub fn awaiting_dead_letter(&self) -> Vec<Poison> {

@@ -16,7 +16,7 @@ use strata_segments::{
 };
 use strata_wal::{ConsumerEntry, CreateEntry};
 
-use crate::consumer::durable::{ConsumerChange, DurableConsumer};
+use crate::consumer::durable::{ConsumerChange, ConsumerSetup, DurableConsumer};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::actor;
@@ -415,6 +415,21 @@ impl Shard {
             return None;
         }
         state.consumers.consumers.get(name).cloned()
+    }
+
+    /// The generation and configuration of consumer group `name` of a live
+    /// stream (without copying its record state).
+    pub fn consumer_setup(&self, stream: &StreamRef, name: &str) -> Option<(u64, ConsumerSetup)> {
+        let cell = self.inner.shared.cell(&stream.id)?;
+        let state = cell.state.read();
+        if !state.tail.is_live(stream) {
+            return None;
+        }
+        state
+            .consumers
+            .consumers
+            .get(name)
+            .map(|c| (c.generation, c.setup.clone()))
     }
 
     /// The highest consumer generation a live stream ever gave (0: none).

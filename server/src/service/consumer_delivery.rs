@@ -122,7 +122,7 @@ struct DeadLetterTarget<'a> {
 
 /// What one round of a pull decided, before its values are read.
 struct Round {
-    deliveries: Vec<(Delivery, Option<Bytes>)>,
+    deliveries: Vec<Delivery>,
     poison: Vec<Poison>,
     backlog: u64,
     /// The durable tail position the round discovered up to.
@@ -278,7 +278,7 @@ impl Streams {
         }
         poison.truncate(DEAD_LETTERS_PER_PULL_MAX);
         let round = Round {
-            deliveries: pulled.deliveries.into_iter().map(|d| (d, None)).collect(),
+            deliveries: pulled.deliveries,
             poison,
             backlog: state.consumer.backlog(tail),
             tail,
@@ -384,11 +384,11 @@ impl Streams {
         levels: &[Level],
         scope: &TokenScope<'_>,
         live: &LiveConsumer,
-        deliveries: Vec<(Delivery, Option<Bytes>)>,
+        deliveries: Vec<Delivery>,
         request: PullRequest<'_>,
     ) -> Result<Vec<PulledMessage>, ConsumerError> {
         let mut out = Vec::with_capacity(deliveries.len());
-        for (delivery, _) in deliveries {
+        for delivery in deliveries {
             let lease = &delivery.lease;
             let value = self
                 .record_value(request.project, levels, request.key, &lease.record())
@@ -642,7 +642,7 @@ impl Streams {
             dlq: 0,
             stale: done.stale + unreadable,
             backlog: state.consumer.backlog(tail),
-            dlq_blocked: state.consumer.awaiting_dead_letter().len(),
+            dlq_blocked: state.consumer.dead_letters_waiting(),
         };
         self.commit(&at, &live_key, &live, state, events).await?;
         Ok(answer)

@@ -115,14 +115,14 @@ impl Streams {
         let at = self.consumer_stream(project, name).await?;
         self.ciphers.cipher_for(&at.desc.value, key)?;
         let _serial = self.live_consumers.config_changes.lock().await;
-        if let Some(existing) = at.shard.consumer(&at.stream, consumer) {
-            let current = settings_of(&existing.setup.settings)?;
+        if let Some((version, setup)) = at.shard.consumer_setup(&at.stream, consumer) {
+            let current = settings_of(&setup.settings)?;
             if current != settings {
                 return Err(ConsumerError::ConfigConflict);
             }
             return Ok(ConsumerInfo {
                 settings: current,
-                version: existing.generation,
+                version,
                 created: false,
             });
         }
@@ -196,13 +196,13 @@ impl Streams {
         consumer: &str,
     ) -> Result<ConsumerInfo, ConsumerError> {
         let at = self.consumer_stream(project, name).await?;
-        let durable = at
+        let (version, setup) = at
             .shard
-            .consumer(&at.stream, consumer)
+            .consumer_setup(&at.stream, consumer)
             .ok_or(ConsumerError::NotFound)?;
         Ok(ConsumerInfo {
-            settings: settings_of(&durable.setup.settings)?,
-            version: durable.generation,
+            settings: settings_of(&setup.settings)?,
+            version,
             created: false,
         })
     }

@@ -94,6 +94,22 @@ impl Fleet {
 
 /// Creates `stream` through the members in turn: while the fleet forms,
 /// shards move and a create may get a retryable 503 (bounded retries).
+/// Sends until a member answers other than a retryable 503 or a dropped
+/// connection (the fleet may still be settling its shards, or failing one
+/// over), at most a bounded number of times.
+pub async fn settled(make: impl Fn() -> reqwest::RequestBuilder) -> super::product::Answer {
+    for _ in 0..300 {
+        if let Ok(response) = make().send().await {
+            let answer = super::product::Answer::from(response).await;
+            if answer.status != 503 {
+                return answer;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no member answered");
+}
+
 pub async fn create(client: &reqwest::Client, bases: &[String], stream: &str) {
     create_with(client, bases, stream, &[]).await
 }

@@ -109,6 +109,21 @@ fn info_answer(info: &ConsumerInfo) -> Response<Body> {
     response
 }
 
+/// Runs a consumer operation within `deadline`: a store that does not answer
+/// in time is the usual 503, a consumer error is named for `route`.
+async fn bounded<T>(
+    state: &AppState,
+    deadline: tokio::time::Instant,
+    route: ConsumerRoute,
+    work: impl std::future::Future<Output = Result<T, ConsumerError>>,
+) -> Result<T, ApiError> {
+    state
+        .bounded(deadline, async { Ok(work.await) })
+        .await
+        .map_err(service_error)?
+        .map_err(|e| consumer_error(route, e))
+}
+
 /// The stream a consumer operation is on.
 pub struct ConsumerCall<'a> {
     pub project: &'a str,
@@ -130,11 +145,7 @@ pub async fn configure(
         state
             .streams
             .configure_consumer(call.project, call.name, call.consumer, &key, settings);
-    let info = state
-        .bounded(state.deadline(), async { Ok(work.await) })
-        .await
-        .map_err(service_error)?
-        .map_err(|e| consumer_error(ConsumerRoute::Config, e))?;
+    let info = bounded(state, state.deadline(), ConsumerRoute::Config, work).await?;
     Ok(info_answer(&info))
 }
 
@@ -142,11 +153,7 @@ pub async fn info(state: &Arc<AppState>, call: ConsumerCall<'_>) -> ApiResult {
     let work = state
         .streams
         .consumer_info(call.project, call.name, call.consumer);
-    let info = state
-        .bounded(state.deadline(), async { Ok(work.await) })
-        .await
-        .map_err(service_error)?
-        .map_err(|e| consumer_error(ConsumerRoute::Config, e))?;
+    let info = bounded(state, state.deadline(), ConsumerRoute::Config, work).await?;
     Ok(info_answer(&info))
 }
 
@@ -159,11 +166,7 @@ pub async fn delete(
     let work = state
         .streams
         .delete_consumer(call.project, call.name, call.consumer, version);
-    state
-        .bounded(state.deadline(), async { Ok(work.await) })
-        .await
-        .map_err(service_error)?
-        .map_err(|e| consumer_error(ConsumerRoute::Config, e))?;
+    bounded(state, state.deadline(), ConsumerRoute::Config, work).await?;
     let mut response = Response::new(super::super::common::empty());
     *response.status_mut() = StatusCode::NO_CONTENT;
     set(&mut response, "cache-control", "no-store");
@@ -266,11 +269,13 @@ pub async fn pull(
     };
     // The wait is the client's; the store work around it has the usual bound.
     let bound = state.deadline() + Duration::from_millis(wait_ms);
-    let answer = state
-        .bounded(bound, async { Ok(state.streams.pull(request).await) })
-        .await
-        .map_err(service_error)?
-        .map_err(|e| consumer_error(ConsumerRoute::Delivery, e))?;
+    let answer = bounded(
+        state,
+        bound,
+        ConsumerRoute::Delivery,
+        state.streams.pull(request),
+    )
+    .await?;
     Ok(json_answer(StatusCode::OK, &render_pull(&answer)))
 }
 
@@ -380,13 +385,8 @@ pub async fn settle(
         retries,
         extends,
     };
-    let answer = state
-        .bounded(state.deadline(), async {
-            Ok(state.streams.settle(request).await)
-        })
-        .await
-        .map_err(service_error)?
-        .map_err(|e| consumer_error(ConsumerRoute::Delivery, e))?;
+    let work = state.streams.settle(request);
+    let answer = bounded(state, state.deadline(), ConsumerRoute::Delivery, work).await?;
     let doc = json!({
         "acked": answer.acked,
         "retried": answer.retried,
