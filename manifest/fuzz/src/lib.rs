@@ -135,8 +135,25 @@ pub fn seed_runs() -> Vec<(&'static str, Bytes)> {
             },
         ],
     };
+    let mut one = full.clone();
+    one.entries.truncate(1);
+    one.entries[0].consumers = Bytes::new();
     vec![
         ("empty", index_run::encode(&empty).unwrap()),
         ("three-streams", index_run::encode(&full).unwrap()),
+        ("one-stream-v1", as_version_1(&one)),
     ]
+}
+
+/// A one-entry run with no consumer table in the version-1 layout: the
+/// version-2 bytes without the entry's (last) consumers length, version 1,
+/// and a fresh CRC.
+fn as_version_1(run: &IndexRun) -> Bytes {
+    assert!(run.entries.len() == 1 && run.entries[0].consumers.is_empty());
+    let v2 = index_run::encode(run).unwrap();
+    let mut v1 = Vec::from(&v2[..v2.len() - 8]);
+    v1[8..10].copy_from_slice(&index_run::FORMAT_VERSION_V1.to_le_bytes());
+    let crc = crc32c::crc32c(&v1);
+    v1.extend_from_slice(&crc.to_le_bytes());
+    Bytes::from(v1)
 }
