@@ -124,6 +124,8 @@ fn simulation_seeds() {
         assert!(w.producer_duplicates > 0 && w.stream_seq_appends > 0);
         assert!(w.deletes > 0 && w.closes > 0 && w.seals > 0 && w.shutdowns > 0);
         assert!(w.rollbacks + w.recoveries > 0);
+        assert!(w.consumer_changes > 0 && w.queue_deliveries > 0 && w.queue_acks > 0);
+        assert!(w.dead_letters > 0 && w.dead_letter_checks > 0);
         assert!(t.crashes > 0 && t.point_crashes > 0 && t.takeovers > 0);
         assert!(t.faults.ambiguous_puts > 0 && t.faults.late_puts > 0);
         assert!(t.faults.fragile_puts > 0 && t.faults.stale_lists > 0);

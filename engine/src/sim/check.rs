@@ -142,6 +142,7 @@ impl World {
                 }
             }
         }
+        self.check_dead_letters(&current).await?;
         self.event(format!(
             "check {:?}",
             visible

@@ -37,6 +37,8 @@ pub(super) struct StreamModel {
     pub consumer_refused: BTreeSet<u64>,
     /// The next position a consumer change finishes.
     pub next_done: u64,
+    /// The queue consumer's leases and settles (`queue.rs`).
+    pub queue: super::queue_model::QueueModel,
 }
 
 impl StreamModel {
@@ -53,6 +55,7 @@ impl StreamModel {
             consumer_done: BTreeSet::new(),
             consumer_refused: BTreeSet::new(),
             next_done: 0,
+            queue: super::queue_model::QueueModel::default(),
         }
     }
 
@@ -87,6 +90,10 @@ pub struct WorkloadStats {
     pub refused_repairs: u64,
     pub power_losses: u64,
     pub consumer_changes: u64,
+    pub queue_deliveries: u64,
+    pub queue_acks: u64,
+    pub dead_letters: u64,
+    pub dead_letter_checks: u64,
 }
 
 impl WorkloadStats {
@@ -107,6 +114,10 @@ impl WorkloadStats {
         self.refused_repairs += o.refused_repairs;
         self.power_losses += o.power_losses;
         self.consumer_changes += o.consumer_changes;
+        self.queue_deliveries += o.queue_deliveries;
+        self.queue_acks += o.queue_acks;
+        self.dead_letters += o.dead_letters;
+        self.dead_letter_checks += o.dead_letter_checks;
     }
 }
 
@@ -117,6 +128,8 @@ pub(super) struct Model {
     pub refused: HashSet<Bytes>,
     pub violations: Vec<String>,
     pub stats: WorkloadStats,
+    /// Dead letters whose append was acknowledged (`queue.rs`).
+    pub dead_letters_acked: BTreeSet<Bytes>,
 }
 
 /// Whether an error says for certain that the request changed nothing.

@@ -15,6 +15,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 
 use super::model::{is_definite, Model};
+use super::queue_model::SIM_QUEUE;
 use super::world::{SimFailure, Trace, World};
 use crate::admin::repair::{self, RepairOptions, RepairOutcome};
 use crate::consumer::durable::{ConsumerChange, ConsumerSetup};
@@ -29,7 +30,7 @@ use strata_segments::StreamCipher;
 pub(super) const SIM_ROUTING_KEYS: [&[u8]; 3] = [b"", b"a", b"bb"];
 /// Attempts of one lifecycle request (create, delete, close) before the run
 /// gives up on it.
-const LIFECYCLE_ATTEMPTS_MAX: usize = 100;
+pub(super) const LIFECYCLE_ATTEMPTS_MAX: usize = 100;
 /// Attempts of one producer request before the producer gives up.
 const PRODUCER_ATTEMPTS_MAX: usize = 300;
 /// The instance id operator tools run as.
@@ -59,7 +60,7 @@ fn stream_seq(n: u64) -> Bytes {
 
 /// Whether an append may simply be sent again (a definite refusal of a
 /// passing state, or an unknown outcome the sender resolves by retrying).
-fn retryable(error: &EngineError) -> bool {
+pub(super) fn retryable(error: &EngineError) -> bool {
     matches!(
         error,
         EngineError::OutcomeUnknown
@@ -214,16 +215,9 @@ impl World {
         let count = self.rng.random_range(1..=4);
         for _ in 0..count {
             let index = self.rng.random_range(0..self.config.streams);
-            let via_old = self.owners.len() > 1 && self.rng.random_bool(0.2);
-            let Some(owner) = (if via_old {
-                self.owners
-                    .get(self.rng.random_range(0..self.owners.len() - 1))
-            } else {
-                self.owners.last()
-            }) else {
+            let Some((shard, instance)) = self.some_owner() else {
                 return;
             };
-            let (shard, instance) = (owner.shard.clone(), owner.instance);
             let (stream, position) = {
                 let mut model = self.model.lock();
                 let slot = &mut model.streams[index];
@@ -265,16 +259,29 @@ impl World {
         }
     }
 
-    /// Configures stream slot `index`'s consumer group (confirmed, or
-    /// given up: then the slot has none).
-    async fn configure_consumer(&mut self, index: usize) -> Result<(), SimFailure> {
+    /// Configures stream slot `index`'s consumer groups: the one whose
+    /// changes are logged directly, and the queue (each confirmed, or given
+    /// up: then the slot has none).
+    async fn configure_consumers(&mut self, index: usize) -> Result<(), SimFailure> {
+        if self.configure_consumer(index, SIM_CONSUMER).await? {
+            self.model.lock().streams[index].consumer = true;
+        }
+        if self.configure_consumer(index, SIM_QUEUE).await? {
+            self.model.lock().streams[index].queue.configured = true;
+        }
+        Ok(())
+    }
+
+    /// Configures consumer `name` of stream slot `index`: whether that was
+    /// confirmed.
+    async fn configure_consumer(&mut self, index: usize, name: &str) -> Result<bool, SimFailure> {
         let stream = self.model.lock().streams[index].stream;
         let configure = ConsumerChange::Configure {
             generation: 1,
             setup: ConsumerSetup {
                 config: ConsumerConfig {
                     visibility_ms: 1_000,
-                    max_attempts: 3,
+                    max_attempts: if name == SIM_QUEUE { 2 } else { 3 },
                     max_batch: 10,
                 },
                 settings: Bytes::new(),
@@ -285,12 +292,11 @@ impl World {
             let Some((shard, id)) = self.current().map(|o| (o.shard.clone(), o.id)) else {
                 continue;
             };
-            let changing = shard.change_consumer(stream, SIM_CONSUMER, &configure);
+            let changing = shard.change_consumer(stream, name, &configure);
             match self.on_owner(id, changing).await {
                 Some(Ok(())) => {
-                    self.model.lock().streams[index].consumer = true;
-                    self.event(format!("configured the consumer of s{index}"));
-                    return Ok(());
+                    self.event(format!("configured consumer {name} of s{index}"));
+                    return Ok(true);
                 }
                 Some(Err(EngineError::Fenced)) => self.reopen_fenced().await?,
                 Some(Err(e)) if retryable(&e) => self.event(format!("configure s{index}: {e}")),
@@ -299,8 +305,8 @@ impl World {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.event(format!("configure s{index} given up"));
-        Ok(())
+        self.event(format!("configure {name} of s{index} given up"));
+        Ok(false)
     }
 
     /// Creates stream slot `index`'s current incarnation (confirmed).
@@ -321,7 +327,7 @@ impl World {
                         "created s{index} incarnation {}",
                         stream.incarnation
                     ));
-                    return self.configure_consumer(index).await;
+                    return self.configure_consumers(index).await;
                 }
                 // The owner lost the shard: a fleet opens it again.
                 Some(Err(EngineError::Fenced)) => self.reopen_fenced().await?,
@@ -420,7 +426,7 @@ impl World {
     }
 
     /// The newest owner answered fenced: open a new one (as a fleet would).
-    async fn reopen_fenced(&mut self) -> Result<(), SimFailure> {
+    pub(super) async fn reopen_fenced(&mut self) -> Result<(), SimFailure> {
         if let Some(owner) = self.owners.last() {
             self.event(format!(
                 "owner {} is fenced; opening another",
@@ -568,7 +574,7 @@ fn options() -> RepairOptions {
     }
 }
 
-fn digest(payloads: &[Bytes]) -> [u8; 16] {
+pub(super) fn digest(payloads: &[Bytes]) -> [u8; 16] {
     let mut h = Sha256::new();
     for p in payloads {
         h.update((p.len() as u64).to_le_bytes());

@@ -33,6 +33,7 @@ use super::audit::DeleteAudit;
 use super::crash::{CrashPlan, PointCount};
 use super::faults::{FaultConfig, FaultStats, Faults};
 use super::model::{Model, StreamModel, WorkloadStats};
+use super::queue_model::QueueLocks;
 use crate::env::{CrashPoint, EngineEnv, SeededEntropy, TokioClock};
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName, StreamRef};
@@ -176,6 +177,8 @@ pub(super) struct World {
     pub trace: Arc<Mutex<Trace>>,
     /// Appenders, producers and seals in the background.
     pub tasks: JoinSet<()>,
+    /// Serializes each owner's queue operations per stream.
+    pub queue_locks: QueueLocks,
     pub next_payload: u64,
     pub step: usize,
     pub crashes: u64,
@@ -271,6 +274,7 @@ pub async fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimFai
             ..Trace::default()
         })),
         tasks: JoinSet::new(),
+        queue_locks: QueueLocks::default(),
         next_payload: 0,
         step: 0,
         crashes: 0,
@@ -318,6 +322,7 @@ impl World {
 
     async fn run(&mut self) -> Result<(), SimFailure> {
         self.open_owner().await?;
+        self.create_dead_letter_stream().await?;
         for index in 0..self.config.streams {
             self.create_stream(index).await?;
         }
@@ -358,7 +363,8 @@ impl World {
             81..=84 => self.delete_and_recreate().await?,
             85..=86 => self.operator_rollback().await?,
             87..=88 => self.operator_recover().await?,
-            89..=92 => self.spawn_consumer_changes(),
+            89..=90 => self.spawn_consumer_changes(),
+            91..=94 => self.spawn_queue_ops(),
             _ => self.pass_time().await,
         }
         Ok(())
@@ -378,6 +384,19 @@ impl World {
 
     pub fn current(&self) -> Option<&Owner> {
         self.owners.last()
+    }
+
+    /// The newest owner or, one time in five when there are several, an
+    /// older one (possibly fenced): its shard and instance number.
+    pub fn some_owner(&mut self) -> Option<(Shard, u16)> {
+        let via_old = self.owners.len() > 1 && self.rng.random_bool(0.2);
+        let owner = if via_old {
+            self.owners
+                .get(self.rng.random_range(0..self.owners.len() - 1))
+        } else {
+            self.owners.last()
+        }?;
+        Some((owner.shard.clone(), owner.instance))
     }
 
     fn set_newest(&self, shard: Option<Shard>) {
