@@ -914,10 +914,25 @@ async fn seal_bodies_and_cors() {
         .to_str()
         .unwrap()
         .to_string();
-    assert!(allowed.contains("Prisma-Encryption-Key") && allowed.contains("Prisma-Routing-Key"));
+    for name in [
+        "Prisma-Encryption-Key",
+        "Prisma-Routing-Key",
+        "Prisma-Consumer-Version",
+    ] {
+        assert!(allowed.contains(name), "{name} not allowed: {allowed}");
+    }
     let page = api.read("m", "", None).await;
     let exposed = page.header("access-control-expose-headers").unwrap();
-    assert!(exposed.contains("Prisma-Next-Cursor") && exposed.contains("Prisma-Sealed"));
+    for name in [
+        "Prisma-Next-Cursor",
+        "Prisma-Sealed",
+        "Prisma-Up-To-Date",
+        "Prisma-Consumer-Version",
+        "Prisma-Next-Scan-Cursor",
+        "Prisma-Scan-Complete",
+    ] {
+        assert!(exposed.contains(name), "{name} not exposed: {exposed}");
+    }
     // A UTF-8 producer id.
     let utf8 = Api::send(producer(
         api.request(Method::POST, "m/records").body("1"),

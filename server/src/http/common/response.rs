@@ -38,8 +38,8 @@ pub fn set(response: &mut Response<Body>, name: &'static str, value: impl AsRef<
     }
 }
 
-const EXPOSE_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Prisma-Next-Cursor, Prisma-Up-To-Date, Prisma-Sealed, Prisma-Next-Scan-Cursor, Prisma-Scan-Complete, ETag, Location, Content-Type, Retry-After, Streams-Replay-To";
-const ALLOW_HEADERS: &str = "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Stream-Encryption-Key, Prisma-Encryption-Key, Prisma-Routing-Key, Producer-Id, Producer-Epoch, Producer-Seq";
+const EXPOSE_HEADERS: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Prisma-Next-Cursor, Prisma-Up-To-Date, Prisma-Sealed, Prisma-Next-Scan-Cursor, Prisma-Scan-Complete, Prisma-Consumer-Version, ETag, Location, Content-Type, Retry-After, Streams-Replay-To";
+const ALLOW_HEADERS: &str = "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Stream-Encryption-Key, Prisma-Encryption-Key, Prisma-Routing-Key, Prisma-Consumer-Version, Producer-Id, Producer-Epoch, Producer-Seq";
 const ALLOW_METHODS: &str = "GET, POST, PUT, DELETE, HEAD, OPTIONS";
 
 /// Headers on every response, errors included.
