@@ -1,0 +1,70 @@
+// Starts and kills a real `strata serve` (STRATA_BIN) for the end-to-end
+// tests: a fresh local-directory store per server, a free port, and a wait
+// on /healthz (a condition, not a sleep).
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export const TOKEN = "sdk-e2e-token-0123456789";
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export class StrataServer {
+  static async start(flags = []) {
+    const bin = process.env.STRATA_BIN;
+    if (!bin) throw new Error("STRATA_BIN is not set (sdk/test/run.sh sets it)");
+    const server = new StrataServer(bin, mkdtempSync(join(tmpdir(), "strata-sdk-")), await freePort(), flags);
+    await server.launch();
+    return server;
+  }
+
+  constructor(bin, store, port, flags) {
+    Object.assign(this, { bin, store, port, flags, log: "" });
+    this.url = `http://127.0.0.1:${port}`;
+  }
+
+  async launch() {
+    const args = ["serve", "--listen", `127.0.0.1:${this.port}`, "--store", this.store, "--auth-token", TOKEN, ...this.flags];
+    this.child = spawn(this.bin, args, { stdio: ["ignore", "ignore", "pipe"] });
+    this.child.stderr.on("data", (d) => {
+      this.log = (this.log + d).slice(-20_000);
+    });
+    const exited = new Promise((resolve) => this.child.once("exit", resolve));
+    for (let i = 0; i < 600; i++) {
+      const up = await fetch(`${this.url}/healthz`).then((r) => r.ok, () => false);
+      if (up) return;
+      const gone = await Promise.race([exited.then(() => true), new Promise((r) => setTimeout(() => r(false), 50))]);
+      if (gone) throw new Error(`strata exited at start:\n${this.log}`);
+    }
+    throw new Error(`strata did not answer /healthz:\n${this.log}`);
+  }
+
+  /** kill -9, then start again on the same store and port. */
+  async crashAndRestart() {
+    await this.kill();
+    await this.launch();
+  }
+
+  async kill() {
+    if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((resolve) => this.child.once("exit", resolve));
+    this.child.kill("SIGKILL");
+    await exited;
+  }
+
+  async stop() {
+    await this.kill();
+    rmSync(this.store, { recursive: true, force: true });
+  }
+}
