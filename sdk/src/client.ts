@@ -13,6 +13,8 @@ export interface ClientOptions extends Omit<TransportOptions, "baseUrl"> {
   baseUrl?: string;
   /** Alias of `baseUrl`. */
   url?: string;
+  /** The token's project (watch capabilities name it; default `default`). */
+  project?: string;
 }
 
 export interface CreateOptions {
@@ -26,16 +28,18 @@ export interface CreateOptions {
 
 export class StreamsClient {
   readonly transport: Transport;
+  readonly project: string;
 
   constructor(options: ClientOptions) {
     const baseUrl = options.baseUrl ?? options.url;
     if (!baseUrl) throw new TypeError("StreamsClient needs a baseUrl");
     this.transport = new Transport({ ...options, baseUrl });
+    this.project = options.project ?? "default";
   }
 
   /** A handle on an existing collection (no request is made). */
   stream<T = unknown>(name: string, options: { encryptionKey: string | Uint8Array }): Collection<T> {
-    return new Collection<T>(this.transport, name, options.encryptionKey);
+    return new Collection<T>(this.transport, name, options.encryptionKey, this.project);
   }
 
   /**

@@ -12,7 +12,9 @@
 import { StreamsError } from "./errors.js";
 import { Replay, sleep, Transport } from "./http.js";
 import { fromBase64, keyText, utf8 } from "./keys.js";
+import { Consumer } from "./consumer.js";
 import { Producer, ProducerOptions } from "./producer.js";
+import { Watch } from "./watches.js";
 import { AppendResult, Metadata, Page, ScanItem, StreamRecord } from "./types.js";
 
 /** Producer headers of one request. */
@@ -63,15 +65,19 @@ function isJsonType(contentType: string | null): boolean {
 
 export class Collection<T = unknown> {
   readonly name: string;
+  /** The collection's encoded path, `/v1/streams/…`. */
+  readonly path: string;
+  /** The project the client's token belongs to (capabilities name it). */
+  readonly project: string;
   private readonly transport: Transport;
   private readonly key: string;
-  private readonly path: string;
 
-  constructor(transport: Transport, name: string, encryptionKey: string | Uint8Array) {
+  constructor(transport: Transport, name: string, encryptionKey: string | Uint8Array, project = "default") {
     this.transport = transport;
     this.name = name;
     this.key = keyText(encryptionKey);
     this.path = namePath(name);
+    this.project = project;
   }
 
   private headers(extra: Record<string, string | undefined> = {}): Record<string, string | undefined> {
@@ -219,6 +225,16 @@ export class Collection<T = unknown> {
       collection: this.name,
     });
     return (await response.json()) as AppendResult | { sealed: true };
+  }
+
+  /** A watch of this collection (JSON collections created with watches). */
+  watch(name: string): Watch {
+    return new Watch(this as Collection<unknown>, this.transport, name, this.project, this.key);
+  }
+
+  /** A consumer group of this collection. */
+  consumer(name: string): Consumer<T> {
+    return new Consumer<T>(this.transport, this.path, this.name, name, this.key);
   }
 
   /** An exactly-once producer writing to this collection. */

@@ -14,3 +14,7 @@ export { StreamsError } from "./errors.js";
 export type { RetryOptions, Replay } from "./http.js";
 export { generateKey, toBase64, toBase64Url, fromBase64, toHex, fromHex } from "./keys.js";
 export type * from "./types.js";
+export { Consumer } from "./consumer.js";
+export type { ConsumerConfig, ConsumerInfo, Message, MessageControl, PullOptions, SettleRequest, SettleResult, ConsumeOptions } from "./consumer.js";
+export { Watch, watchKey, definitionId, canonicalJson, pointerValue, waitSigKey, signCapability, CAPABILITY_LIFETIME_S_MAX } from "./watches.js";
+export type { Invalidation, ObserveOptions, CapabilityScope } from "./watches.js";
