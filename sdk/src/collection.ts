@@ -43,6 +43,10 @@ export interface SubscribeOptions extends ReadOptions {
   waitMs?: number;
   /** Backoff cap between reconnects after failures (default 5,000 ms). */
   reconnectDelayMaxMs?: number;
+  /** Wait live with server-sent events on JSON collections (default true; else long-polls). */
+  events?: boolean;
+  /** Called when a failed read or a cut live stream is about to be retried. */
+  onReconnect?: (error: StreamsError) => void;
 }
 
 export interface SealOptions {
@@ -173,6 +177,28 @@ export class Collection<T = unknown> {
   }
 
   /**
+   * A live read as server-sent events (JSON collections): the pages the
+   * stream carries, each a `data` event's records with the `control` event
+   * after it, until the server ends the stream (after `waitMs`).
+   */
+  async *eventPages(options: ReadOptions & { waitMs?: number } = {}): AsyncGenerator<Page<T>> {
+    const waitMs = Math.min(options.waitMs ?? 25_000, 25_000);
+    const response = await this.transport.send({
+      method: "GET",
+      path: this.path + "/records:sse",
+      query: { ...readQuery(options), waitMs },
+      headers: this.headers({ accept: "text/event-stream" }),
+      replay: "read",
+      signal: options.signal,
+      extraTimeoutMs: waitMs,
+      collection: this.name,
+    });
+    if (!response.body) return;
+    // The stream lasts about waitMs; one that goes silent far longer is cut.
+    yield* readEvents<T>(response.body, options.signal, waitMs + 30_000);
+  }
+
+  /**
    * Every record of a routing key from `cursor` on, live: catches up with
    * reads, then waits for new records, reconnecting after failures, and
    * ends when the collection is sealed and the key is read to its end.
@@ -261,28 +287,108 @@ export class Subscription<T> implements AsyncIterable<StreamRecord<T>> {
     const routingKey = this.options.routingKey ?? "";
     const delayMax = this.options.reconnectDelayMaxMs ?? 5_000;
     let live = false;
+    let json = false;
+    let events = this.options.events ?? true;
     let failures = 0;
     for (;;) {
-      let page: Page<T>;
       const at = { ...this.options, cursor: this.cursor };
+      let pages: AsyncIterable<Page<T>>;
+      if (live && json && events) pages = this.collection.eventPages(at);
+      else pages = once(live ? this.collection.waitForRecords(at) : this.collection.read(at));
       try {
-        page = live ? await this.collection.waitForRecords(at) : await this.collection.read(at);
-        failures = 0;
+        for await (const page of pages) {
+          failures = 0;
+          const last = page.records.length - 1;
+          for (let i = 0; i <= last; i++) {
+            yield { value: page.records[i]!, routingKey, cursor: i === last ? page.cursor : undefined };
+          }
+          this.cursor = page.cursor;
+          if (page.sealed) return;
+          live = page.upToDate;
+          json ||= page.json === true;
+        }
       } catch (e) {
-        if (!(e instanceof StreamsError) || !e.retryable) throw e;
+        if (!(e instanceof StreamsError)) throw e;
+        if (!e.retryable) {
+          // A server without the event route: long-poll instead.
+          if (live && json && events && (e.status === 404 || e.status === 405)) {
+            events = false;
+            continue;
+          }
+          throw e;
+        }
         failures++;
+        this.options.onReconnect?.(e);
         const cap = Math.min(delayMax, 100 * 2 ** Math.min(failures, 16));
         await sleep((e.retryAfterMs ?? 0) + Math.random() * cap, this.options.signal);
-        continue;
       }
-      const last = page.records.length - 1;
-      for (let i = 0; i <= last; i++) {
-        yield { value: page.records[i]!, routingKey, cursor: i === last ? page.cursor : undefined };
-      }
-      this.cursor = page.cursor;
-      if (page.sealed) return;
-      live = page.upToDate;
     }
+  }
+}
+
+async function* once<P>(page: Promise<P>): AsyncGenerator<P> {
+  yield await page;
+}
+
+/**
+ * Pages from a `text/event-stream` body: a `data` event's lines joined are
+ * a JSON array of records, committed by the `control` event after it.
+ */
+async function* readEvents<T>(
+  body: ReadableStream<Uint8Array>,
+  signal: AbortSignal | undefined,
+  idleMs: number,
+): AsyncGenerator<Page<T>> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let idle: ReturnType<typeof setTimeout> | undefined;
+  const cancel = () => void reader.cancel().catch(() => undefined);
+  const arm = () => {
+    clearTimeout(idle);
+    idle = setTimeout(cancel, idleMs);
+  };
+  signal?.addEventListener("abort", cancel, { once: true });
+  let buffer = "";
+  let event = "message";
+  let data: string[] = [];
+  let records: T[] = [];
+  try {
+    arm();
+    for (;;) {
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch (cause) {
+        throw new StreamsError({ status: 0, code: "network_error", message: String(cause), retryable: true });
+      }
+      if (signal?.aborted) throw new StreamsError({ status: 0, code: "aborted", message: "the request was aborted", retryable: false });
+      if (chunk.done) return;
+      arm();
+      buffer += decoder.decode(chunk.value, { stream: true });
+      const lines = buffer.split("\n");
+      buffer = lines.pop()!;
+      for (const raw of lines) {
+        const line = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
+        if (line === "") {
+          if (event === "data") records = records.concat(JSON.parse(data.join("\n")) as T[]);
+          if (event === "control") {
+            const c = JSON.parse(data.join("\n")) as { nextCursor: string; upToDate?: boolean; sealed?: boolean };
+            yield { records, cursor: c.nextCursor, upToDate: c.upToDate === true, sealed: c.sealed === true, json: true };
+            records = [];
+          }
+          event = "message";
+          data = [];
+        } else if (line.startsWith("event:")) {
+          event = line.slice(6).trim();
+        } else if (line.startsWith("data:")) {
+          data.push(line.slice(5).replace(/^ /, ""));
+        }
+      }
+    }
+  } finally {
+    clearTimeout(idle);
+    signal?.removeEventListener("abort", cancel);
+    cancel();
   }
 }
 
@@ -323,7 +429,7 @@ async function decodePage<T>(response: Response): Promise<Page<T>> {
       if (bytes.length > 0) records = [bytes as T];
     }
   }
-  return { records, cursor, upToDate, sealed };
+  return { records, cursor, upToDate, sealed, json: isJsonType(response.headers.get("content-type")) };
 }
 
 /** A string as a bytes collection's record. */

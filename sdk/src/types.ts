@@ -54,6 +54,8 @@ export interface Page<T> {
   upToDate: boolean;
   /** The collection is sealed and this key is read to its end. */
   sealed: boolean;
+  /** Whether the collection holds JSON records (from the answer's media type). */
+  json?: boolean;
 }
 
 /** A record as a subscription yields it. */

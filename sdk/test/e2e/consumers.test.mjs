@@ -66,6 +66,30 @@ test("consume: every message handled, per-key order kept, a throwing handler's m
   for (let k = 0; k < 4; k++) assert.deepEqual(seen.get(`k${k}`), [0, 1, 2, 3, 4], `key k${k}`);
 });
 
+test("consume extends the lease of a handler slower than its visibility: no second delivery", async () => {
+  const jobs = await client.createStream("sdk/slow", { encryptionKey: generateKey(), format: { kind: "json" } });
+  const c = jobs.consumer("slow");
+  await c.configure({ visibilityTimeoutMs: 1_000, maxAttempts: 5 });
+  await jobs.append({ job: 1 }, { routingKey: "a" });
+  const deliveries = [];
+  const controller = new AbortController();
+  await c.consume(
+    async (m) => {
+      deliveries.push(m.attempts);
+      // Twice the visibility: without extensions the lease would lapse,
+      // the acknowledgement would be stale, and the pull below would get
+      // the message again.
+      await new Promise((r) => setTimeout(r, 2_200));
+      controller.abort();
+    },
+    { concurrency: 1, waitMs: 200, signal: controller.signal },
+  );
+  assert.deepEqual(deliveries, [1]);
+  const after = await c.pull({ max: 10 });
+  assert.deepEqual(after.messages, []);
+  assert.equal(after.backlog, 0);
+});
+
 test("watches: keys derived offline match the server, and an append invalidates its key", async () => {
   const orders = await client.createStream("sdk/watched", {
     encryptionKey: generateKey(),

@@ -78,7 +78,8 @@ test("a subscription continues across kill -9 and restart without loss or repeat
     const seen = [];
     const controller = new AbortController();
     const reading = (async () => {
-      for await (const r of feed.subscribe({ routingKey: "k", waitMs: 1_000, signal: controller.signal })) {
+      const onReconnect = (e) => retried.push(e.code);
+      for await (const r of feed.subscribe({ routingKey: "k", waitMs: 1_000, signal: controller.signal, onReconnect })) {
         seen.push(r.value.i);
         if (seen.length === 100) return;
       }

@@ -59,6 +59,6 @@ test("Bun runs the installed package", () => {
 });
 
 test("Deno runs the installed package", () => {
-  const answer = run(join(app, "node_modules/.bin/deno"), ["run", "--allow-net", "--allow-env", "--allow-read", "smoke.mjs"]);
+  const answer = run(join(app, "node_modules/.bin/deno"), ["run", "--allow-net", "--allow-env", "--allow-read", "--allow-write", "smoke.mjs"]);
   assert.deepEqual(answer.runtime, "deno");
 });

@@ -1,6 +1,6 @@
 // The packed SDK from plain JavaScript, as an application installs it:
 // create a collection with a watch, append, read, subscribe, derive a watch
-// key and observe it. Runs unchanged on Node, Bun and Deno; prints one JSON
+// key and observe it, and produce with the state in files. Runs unchanged on Node, Bun and Deno; prints one JSON
 // line and exits 0 when every step agreed with the server.
 import { StreamsClient, generateKey } from "@strata/streams";
 
@@ -33,10 +33,15 @@ for await (const r of orders.subscribe({ routingKey: "c2" })) {
 if (seen.join() !== "1,2") fail(`subscribe ${seen}`);
 const changed = await watch.wait(key, { cursor: start.cursor, timeoutMs: 5_000 });
 if (!changed.invalidated) fail("no invalidation");
-const producer = orders.producer("smoke", { routingKey: "p" });
+// The producer keeps its state in files (the package's Node entry point).
+const { FileProducerStore } = await import("@strata/streams/node");
+const store = new FileProducerStore(`producer-state-${runtime}`);
+const producer = orders.producer("smoke", { routingKey: "p", store });
 await Promise.all([producer.append(1), producer.append(2), producer.append(3)]);
 await producer.close();
 const produced = await orders.read({ routingKey: "p" });
 if (produced.records.join() !== "1,2,3") fail(`producer ${produced.records}`);
+const state = await store.load(JSON.stringify([name, "p", "smoke"]));
+if (state?.epoch !== 0 || state?.seq < 1) fail(`producer state ${JSON.stringify(state)}`);
 await orders.delete();
 console.log(JSON.stringify({ runtime, ok: true, watchKey: key }));
