@@ -19,7 +19,6 @@ pub const SHARDS: &str = "6";
 /// tests spend seconds, not minutes, waiting for failovers.
 pub const HEARTBEAT_MS: &str = "500";
 pub const LEASE_MS: u64 = 2_000;
-const LEASE_MS_TEXT: &str = "2000";
 
 /// A test fleet of [`MEMBERS`] `strata serve --fleet` processes on one store.
 pub struct Fleet {
@@ -27,16 +26,23 @@ pub struct Fleet {
     ports: Vec<u16>,
     pub members: Vec<Option<Server>>,
     extra: Vec<String>,
+    lease_ms: String,
 }
 
 impl Fleet {
     pub async fn start(store: &str, extra: &[&str]) -> Fleet {
+        Fleet::start_with_lease(store, extra, LEASE_MS).await
+    }
+
+    /// [`Fleet::start`] with another `--fleet-lease-ms`.
+    pub async fn start_with_lease(store: &str, extra: &[&str], lease_ms: u64) -> Fleet {
         let ports: Vec<u16> = (0..MEMBERS).map(|_| free_port()).collect();
         let mut fleet = Fleet {
             store: store.to_string(),
             ports,
             members: (0..MEMBERS).map(|_| None).collect(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            lease_ms: lease_ms.to_string(),
         };
         for i in 0..MEMBERS {
             fleet.restart(i).await;
@@ -59,7 +65,7 @@ impl Fleet {
             "--heartbeat-ms",
             HEARTBEAT_MS,
             "--fleet-lease-ms",
-            LEASE_MS_TEXT,
+            &self.lease_ms,
             "--cache-bytes",
             "0",
         ];
