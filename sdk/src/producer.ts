@@ -78,6 +78,8 @@ export interface ProducerOptions<T> {
   maxQueuedRecords?: number;
   /** Attempts of one request before the producer gives up and fails (default 50). */
   maxAttempts?: number;
+  /** Aborting fails the request in flight and everything queued (`aborted`). */
+  signal?: AbortSignal;
   /** Records of this type only (a marker for inference). */
   readonly records?: (value: T) => void;
 }
@@ -97,6 +99,7 @@ export class Producer<T = unknown> {
   private readonly maxBatch: number;
   private readonly maxQueued: number;
   private readonly maxAttempts: number;
+  private readonly signal: AbortSignal | undefined;
   private queue: Queued<T>[] = [];
   private state: ProducerState | undefined;
   private pumping: Promise<void> | undefined;
@@ -113,6 +116,7 @@ export class Producer<T = unknown> {
     this.maxBatch = Math.max(1, Math.min(options.maxBatchRecords ?? 1_000, 10_000));
     this.maxQueued = options.maxQueuedRecords ?? 100_000;
     this.maxAttempts = options.maxAttempts ?? 50;
+    this.signal = options.signal;
   }
 
   /** The epoch and next sequence number (after the first request). */
@@ -208,7 +212,7 @@ export class Producer<T = unknown> {
     for (let attempt = 1; ; attempt++) {
       const tuple = { id: this.id, epoch: state.epoch, seq: state.seq };
       try {
-        const options = { routingKey: this.routingKey, producer: tuple };
+        const options = { routingKey: this.routingKey, producer: tuple, signal: this.signal };
         const result = request.batch
           ? await this.collection.appendMany(JSON.parse(request.body!) as T[], options)
           : await this.collection.append(decodeBody(request) as T, options);
@@ -218,7 +222,7 @@ export class Producer<T = unknown> {
         state.inflight = undefined;
         return result;
       } catch (e) {
-        if (!(e instanceof StreamsError)) throw e;
+        if (!(e instanceof StreamsError) || e.code === "aborted") throw e;
         if (e.code === "stale_producer_epoch" && !this.ackedInEpoch && !resuming) {
           // Another process used this id with a newer epoch before we sent
           // anything under ours: claim the one after it.
@@ -235,7 +239,7 @@ export class Producer<T = unknown> {
         }
         if (!(e.retryable || e.outcomeUnknown) || attempt >= this.maxAttempts) throw e;
         const cap = Math.min(5_000, 100 * 2 ** Math.min(attempt, 16));
-        await sleep((e.retryAfterMs ?? 0) + Math.random() * cap);
+        await sleep((e.retryAfterMs ?? 0) + Math.random() * cap, this.signal);
       }
     }
   }

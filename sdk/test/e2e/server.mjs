@@ -20,13 +20,36 @@ function freePort() {
   });
 }
 
+function binary() {
+  const bin = process.env.STRATA_BIN;
+  if (!bin) throw new Error("STRATA_BIN is not set (sdk/test/run.sh sets it)");
+  return bin;
+}
+
 export class StrataServer {
   static async start(flags = []) {
-    const bin = process.env.STRATA_BIN;
-    if (!bin) throw new Error("STRATA_BIN is not set (sdk/test/run.sh sets it)");
-    const server = new StrataServer(bin, mkdtempSync(join(tmpdir(), "strata-sdk-")), await freePort(), flags);
+    const server = await StrataServer.make(mkdtempSync(join(tmpdir(), "strata-sdk-")), flags);
     await server.launch();
     return server;
+  }
+
+  /** Two fleet members on one store; `flags` for both. */
+  static async fleet(flags = []) {
+    const store = mkdtempSync(join(tmpdir(), "strata-sdk-fleet-"));
+    const ports = [await freePort(), await freePort()];
+    const members = ports.map(
+      (port) =>
+        new StrataServer(binary(), store, port, [
+          "--fleet", "--advertise-url", `http://127.0.0.1:${port}`, "--shards", "1",
+          "--heartbeat-ms", "300", "--fleet-lease-ms", "2000", ...flags,
+        ]),
+    );
+    await Promise.all(members.map((m) => m.launch()));
+    return members;
+  }
+
+  static async make(store, flags) {
+    return new StrataServer(binary(), store, await freePort(), flags);
   }
 
   constructor(bin, store, port, flags) {

@@ -100,3 +100,16 @@ test("the queue is bounded", async () => {
   assert.equal((await inflight.catch((e) => e)).code, "timeout");
   for (const q of queued) assert.equal((await q.catch((e) => e)).code, "timeout");
 });
+
+test("aborting a producer fails what it holds, at once", async () => {
+  const fetch = fakeFetch(() => new Promise(() => {}));
+  const controller = new AbortController();
+  const p = collection(fetch).producer("w", { signal: controller.signal });
+  const first = p.append(1);
+  const second = p.append(2);
+  while (fetch.calls.length === 0) await new Promise((r) => setTimeout(r, 1));
+  controller.abort();
+  assert.equal((await first.catch((e) => e)).code, "aborted");
+  assert.equal((await second.catch((e) => e)).code, "aborted");
+  assert.equal((await p.append(3).catch((e) => e)).code, "aborted");
+});
