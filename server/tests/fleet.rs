@@ -38,6 +38,7 @@ const GAP_MAX: Duration = Duration::from_secs(12);
 /// heartbeat write); heartbeats then fail, leases lapse, and each lapse adds
 /// claims and walks that slow it further, until producers stall for tens of
 /// seconds (seen with 2 s; a real S3 answers in milliseconds).
+#[cfg(feature = "s3-tests")]
 const MOTO_LEASE_MS: u64 = 4_000;
 
 async fn fleet_under_load(store: &str, extra: &[&str], lease_ms: u64) {
