@@ -90,6 +90,30 @@ test("consume extends the lease of a handler slower than its visibility: no seco
   assert.equal(after.backlog, 0);
 });
 
+test("a message whose attempts are spent is dead-lettered once, with its id", async () => {
+  const encryptionKey = generateKey();
+  const jobs = await client.createStream("sdk/poison", { encryptionKey, format: { kind: "json" } });
+  const dlq = await client.createStream("sdk/poison-dlq", { encryptionKey, format: { kind: "json" } });
+  const c = jobs.consumer("strict");
+  await c.configure({ maxAttempts: 1, deadLetterStream: "sdk/poison-dlq" });
+  await jobs.append({ bad: true }, { routingKey: "p" });
+  const first = await c.pull({ max: 1 });
+  assert.equal(first.messages.length, 1);
+  const [message] = first.messages;
+  assert.equal((await c.settle({ retries: [{ leaseToken: message.leaseToken, delayMs: 0 }] })).retried, 1);
+  // The next delivery would be a second attempt: the pull dead-letters it.
+  const second = await c.pull({ max: 1, waitMs: 200 });
+  assert.deepEqual(second.messages, []);
+  assert.equal(second.backlog, 0);
+  const letters = await dlq.read({ routingKey: "p" });
+  assert.equal(letters.records.length, 1);
+  const [letter] = letters.records;
+  assert.equal(letter.messageId, message.id);
+  assert.equal(letter.sourceStream, "sdk/poison");
+  assert.equal(letter.consumer, "strict");
+  assert.deepEqual(letter.value, { bad: true });
+});
+
 test("watches: keys derived offline match the server, and an append invalidates its key", async () => {
   const orders = await client.createStream("sdk/watched", {
     encryptionKey: generateKey(),
