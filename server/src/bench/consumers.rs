@@ -12,6 +12,12 @@
 //! number counts them; appends, pulls and settles share them), and the
 //! server's peak RSS.
 //!
+//! With `--rate` the appenders offer a fixed load (open loop: each request
+//! leaves at its scheduled time, or at once when its appender is behind), so
+//! the delivery latency is measured at a load the consumer can drain rather
+//! than as the age of a growing backlog. `--server-bin` serves another build
+//! under the same client, for comparing builds.
+//!
 //! Invariant: the run ends only when every record was acknowledged exactly
 //! once by a settle the server counted (a redelivery would show as
 //! `redelivered`).
@@ -57,6 +63,13 @@ pub struct ConsumersBench {
     /// The server's emulated store latency per PUT (0: the local store's own).
     #[arg(long, default_value_t = 0)]
     put_latency_ms: u64,
+    /// Records per second the appenders offer in all (open loop); unset, each
+    /// appender sends its next request as soon as the last is answered.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// The `strata` binary to serve (default: this one).
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -70,6 +83,7 @@ struct ConsumersReport {
     appenders: usize,
     workers: usize,
     put_latency_ms: u64,
+    rate: Option<u64>,
     seconds: f64,
     messages_per_sec: f64,
     redelivered: u64,
@@ -98,6 +112,10 @@ struct Run {
     redelivered: AtomicU64,
     pulls: AtomicU64,
     records: u64,
+    /// When the appenders started, and how many records per second they
+    /// offer (open loop) if set.
+    started: Instant,
+    rate: Option<u64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -138,7 +156,11 @@ async fn start_server(args: &ConsumersBench) -> Result<(ServerProcess, String), 
     ));
     std::fs::create_dir_all(&dir)?;
     let port = free_port()?;
-    let mut command = Command::new(std::env::current_exe()?);
+    let binary = match &args.server_bin {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?,
+    };
+    let mut command = Command::new(binary);
     command
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--store"])
         .arg(dir.join("data"))
@@ -205,6 +227,10 @@ async fn appender(run: Arc<Run>, plan: AppendPlan) -> Result<(), BenchError> {
     while b < batches {
         let lo = b * plan.batch;
         let hi = (lo + plan.batch).min(run.records);
+        if let Some(rate) = run.rate {
+            let due = run.started + Duration::from_secs_f64(lo as f64 / rate.max(1) as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
         let (path, body) = if plan.batch == 1 {
             ("records", json!({ "n": lo }).to_string())
         } else {
@@ -332,7 +358,7 @@ fn server_peak_rss(pid: u32) -> u64 {
 
 async fn consumers_bench(args: &ConsumersBench) -> Result<ConsumersReport, BenchError> {
     let (server, base) = start_server(args).await?;
-    let run = Arc::new(Run {
+    let mut run = Run {
         client: reqwest::Client::new(),
         base,
         acked_at: Mutex::new(vec![None; args.records as usize]),
@@ -344,7 +370,9 @@ async fn consumers_bench(args: &ConsumersBench) -> Result<ConsumersReport, Bench
         redelivered: AtomicU64::new(0),
         pulls: AtomicU64::new(0),
         records: args.records,
-    });
+        started: Instant::now(),
+        rate: args.rate,
+    };
     let (status, _) = call(
         &run,
         reqwest::Method::PUT,
@@ -367,7 +395,9 @@ async fn consumers_bench(args: &ConsumersBench) -> Result<ConsumersReport, Bench
     }
     let data = server.dir.join("data");
     let slots_before = wal_slot_max(&data);
-    let started = Instant::now();
+    run.started = Instant::now();
+    let started = run.started;
+    let run = Arc::new(run);
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..args.workers {
         tasks.spawn(worker(run.clone(), args.max));
@@ -395,6 +425,7 @@ async fn consumers_bench(args: &ConsumersBench) -> Result<ConsumersReport, Bench
         appenders: args.appenders,
         workers: args.workers,
         put_latency_ms: args.put_latency_ms,
+        rate: args.rate,
         seconds,
         messages_per_sec: args.records as f64 / seconds,
         redelivered: run.redelivered.load(Ordering::Relaxed),
@@ -420,8 +451,15 @@ pub fn consumers(args: &ConsumersBench) -> Result<(), BenchError> {
         return Ok(());
     }
     println!(
-        "consumers bench: {} records over {} keys, {} appenders, {} workers, {} ms PUT latency",
-        report.records, report.keys, report.appenders, report.workers, report.put_latency_ms
+        "consumers bench: {} records over {} keys, {} appenders{}, {} workers, {} ms PUT latency",
+        report.records,
+        report.keys,
+        report.appenders,
+        report
+            .rate
+            .map_or(String::new(), |r| format!(" offering {r}/s")),
+        report.workers,
+        report.put_latency_ms
     );
     println!(
         "  {:.0} messages/s; delivery p50 {:.2} ms, p99 {:.2} ms; {} redelivered",
