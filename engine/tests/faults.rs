@@ -17,6 +17,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 use parking_lot::Mutex;
 use strata_engine::admin::repair::{rollback, RepairOptions, RepairOutcome};
+use strata_engine::consumer::durable::{ConsumerChange, ConsumerSetup};
+use strata_engine::consumer::ConsumerConfig;
 use strata_engine::layout::ShardLayout;
 use strata_engine::store::{Layered, StoreLayer};
 use strata_engine::{
@@ -549,6 +551,83 @@ async fn a_flood_of_creates_behind_a_slow_put_is_cut_by_entry_count() {
     assert!(
         data_objects >= 31 / 4,
         "{data_objects} data objects for 31 creates"
+    );
+}
+
+// ------------------------------------------------------ consumer changes
+
+fn configure_consumer() -> ConsumerChange {
+    ConsumerChange::Configure {
+        generation: 1,
+        setup: ConsumerSetup {
+            config: ConsumerConfig {
+                visibility_ms: 30_000,
+                max_attempts: 3,
+                max_batch: 10,
+            },
+            settings: Bytes::from_static(br#"{"maxAttempts":3}"#),
+        },
+    }
+}
+
+/// A small append behind a WAL PUT in flight waits for it (to share the
+/// next object with the appends its answer wakes), but a consumer change is
+/// a client's round trip (a pull's leases, a settle): its batch goes behind
+/// the PUT at once, carrying whatever was staged with it. Time is paused: a
+/// PUT that is not issued shows as a 5 s time-out that costs no wall time.
+#[tokio::test(start_paused = true)]
+async fn a_consumer_change_goes_behind_a_put_in_flight_where_a_small_append_waits() {
+    let layered = Layered::new(Arc::new(InMemory::new()), WalGate::default());
+    let gate = layered.layer().clone();
+    let store: Arc<dyn ObjectStore> = Arc::new(layered);
+    let config = ShardConfig {
+        pipeline_depth: 4,
+        pipeline_min_bytes: 16 << 10,
+        ..manual()
+    };
+    let shard = open(&store, 1, config).await;
+    shard.create_stream(STREAM, &cipher()).await.unwrap();
+    let first_release = gate.hold(WalHold::Write);
+    let first = tokio::spawn({
+        let shard = shard.clone();
+        async move { append(&shard, &["held"]).await }
+    });
+    gate.reached.notified().await;
+
+    let second_release = gate.hold(WalHold::Write);
+    let small = tokio::spawn({
+        let shard = shard.clone();
+        async move { append(&shard, &["small"]).await }
+    });
+    let waited = tokio::time::timeout(Duration::from_secs(5), gate.reached.notified()).await;
+    assert!(
+        waited.is_err(),
+        "a small append went behind the PUT in flight"
+    );
+
+    let change = tokio::spawn({
+        let shard = shard.clone();
+        async move {
+            shard
+                .change_consumer(STREAM, "workers", &configure_consumer())
+                .await
+        }
+    });
+    let issued = tokio::time::timeout(Duration::from_secs(5), gate.reached.notified()).await;
+    assert!(
+        issued.is_ok(),
+        "the consumer change waited for the PUT in flight"
+    );
+
+    first_release.notify_one();
+    second_release.notify_one();
+    first.await.unwrap().unwrap();
+    small.await.unwrap().unwrap();
+    change.await.unwrap().unwrap();
+    assert_eq!(read_all(&shard).await, ["held", "small"]);
+    assert_eq!(
+        shard.consumer(&STREAM, "workers").map(|c| c.generation),
+        Some(1)
     );
 }
 

@@ -120,4 +120,8 @@ pub(super) struct Batch {
     pub(super) replies: Vec<Reply>,
     /// Encoded size of `entries` (pages as sealed, every entry's framing).
     pub(super) bytes: usize,
+    /// Carries a consumer change: a client's round trip (a pull handing out
+    /// leases, a settle) waits on it, and no herd follows its answer, so the
+    /// batch goes behind a PUT in flight instead of waiting to fill.
+    pub(super) urgent: bool,
 }

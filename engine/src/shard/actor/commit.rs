@@ -212,6 +212,9 @@ impl Actor {
         }
         let entry = StagedEntry::Ready(WalEntry::Consumer(entry));
         self.stage(stream, vec![entry], Reply::Unit(reply, Ok(())));
+        if let Some(batch) = self.staging.batches.back_mut() {
+            batch.urgent = true;
+        }
     }
 
     /// Applies entries to the staged tail of `stream`, then stages them.

@@ -1,8 +1,8 @@
 //! The flush pump: packs staged batches into WAL objects and issues
 //! create-only PUTs, up to `pipeline_depth` in flight, at least
-//! `min_flush_gap` apart; behind a PUT in flight only a full or large batch
-//! goes, and a small one waits briefly for the appenders the last
-//! acknowledgement woke (the herd). Objects are numbered by issue; slots are
+//! `min_flush_gap` apart; behind a PUT in flight only a full, large or
+//! urgent (consumer change) batch goes, and a small one waits briefly for the
+//! appenders the last acknowledgement woke (the herd). Objects are numbered by issue; slots are
 //! their names.
 
 use std::sync::Arc;
@@ -23,6 +23,7 @@ impl Actor {
         let herd = self.wal.herd?;
         let batch = self.staging.batches.front()?;
         let gathered = self.staging.batches.len() > 1
+            || batch.urgent
             || batch.replies.len() >= herd.replies
             || batch.bytes >= self.ctx.config.pipeline_min_bytes;
         (!gathered && herd.until > Instant::now()).then_some(herd.until)
@@ -54,7 +55,8 @@ impl Actor {
     }
 
     /// With nothing in flight, any staged batch goes; behind a PUT in
-    /// flight, only a full one or a large one (see `pipeline_min_bytes`).
+    /// flight, only a full one, a large one (see `pipeline_min_bytes`) or an
+    /// urgent one (a consumer change: see [`Batch::urgent`]).
     pub(super) fn worth_pipelining(&self) -> bool {
         self.wal.inflight.is_empty()
             || self.staging.batches.len() > 1
@@ -62,7 +64,7 @@ impl Actor {
                 .staging
                 .batches
                 .front()
-                .is_some_and(|b| b.bytes >= self.ctx.config.pipeline_min_bytes)
+                .is_some_and(|b| b.urgent || b.bytes >= self.ctx.config.pipeline_min_bytes)
     }
 
     pub(super) fn flush_ready(&mut self) {
