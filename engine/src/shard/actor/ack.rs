@@ -56,7 +56,7 @@ impl Actor {
             return;
         };
         match &done.outcome {
-            WalPutOutcome::Written => {}
+            WalPutOutcome::Written => self.wal.put_latency.observe(entry.started.elapsed()),
             WalPutOutcome::Fenced {
                 epoch,
                 after_unknown,

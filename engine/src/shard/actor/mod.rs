@@ -36,7 +36,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::batch::Reply;
-use self::parts::{Collector, Inbox, Ownership, Sealer, Staging, WalPipeline};
+use self::parts::{Collector, Inbox, Ownership, PutLatency, Sealer, Staging, WalPipeline};
 use crate::error::EngineError;
 use crate::shard::api::ShardStatus;
 use crate::shard::command::Command;
@@ -97,6 +97,7 @@ impl Actor {
                 chain_end: strata_wal::NO_SLOT,
                 occupied: BTreeSet::new(),
                 last_flush_start: None,
+                put_latency: PutLatency::default(),
                 herd: None,
                 failed_issue: None,
             },

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use strata_manifest::{Manifest, Versioned};
 use strata_wal::WalObject;
@@ -58,6 +59,8 @@ pub(super) struct WalPipeline {
     pub(super) chain_end: u64,
     pub(super) occupied: BTreeSet<u64>,
     pub(super) last_flush_start: Option<Instant>,
+    /// How long this owner's WAL PUTs take, smoothed.
+    pub(super) put_latency: PutLatency,
     /// The appenders a PUT just acknowledged, expected back soon.
     pub(super) herd: Option<Herd>,
     pub(super) failed_issue: Option<u64>,
@@ -91,11 +94,32 @@ pub(super) struct Herd {
 pub(super) struct InFlight {
     pub(super) issue: u64,
     pub(super) slot: u64,
+    pub(super) started: Instant,
     /// The sealed object, once its PUT task has built it.
     pub(super) object: Option<Arc<WalObject>>,
     pub(super) replies: Vec<Reply>,
     pub(super) bytes: usize,
     pub(super) outcome: Option<WalPutOutcome>,
+}
+
+/// An exponentially weighted mean of written WAL PUTs' durations (weight
+/// 1/8 per PUT), from issue to answer; unknown before the first.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct PutLatency {
+    smoothed: Option<Duration>,
+}
+
+impl PutLatency {
+    pub(super) fn observe(&mut self, took: Duration) {
+        self.smoothed = Some(match self.smoothed {
+            None => took,
+            Some(mean) => (mean * 7 + took) / 8,
+        });
+    }
+
+    pub(super) fn estimate(&self) -> Option<Duration> {
+        self.smoothed
+    }
 }
 
 pub(super) struct PutDone {
