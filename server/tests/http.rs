@@ -340,6 +340,109 @@ async fn bearer_tokens_guard_the_api() {
     assert_eq!(pre.headers()["x-content-type-options"], "nosniff");
 }
 
+/// The answer to a PUT of stream `a` with `token`.
+async fn put_with(server: &Server, token: &str) -> StatusCode {
+    client()
+        .put(server.url("a"))
+        .bearer_auth(token)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Waits (at most 10 s) until `want` holds of the server's answer to `token`.
+async fn until_answer(server: &Server, token: &str, want: impl Fn(StatusCode) -> bool) {
+    for _ in 0..200 {
+        if want(put_with(server, token).await) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("token {token}: answer never changed");
+}
+
+/// A short development token is accepted on a loopback address. `SIGHUP`
+/// re-reads the tokens file: a removed token stops working, an added one
+/// starts, and a file that does not parse leaves the tokens in force.
+#[tokio::test]
+async fn sighup_reloads_the_tokens_file_and_a_broken_file_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "default devtoken\nalpha alpha-token-0000001\n").unwrap();
+    let server = Server::start(
+        dir.path().join("data").to_str().unwrap(),
+        free_port(),
+        &["--tokens-file", tokens.to_str().unwrap()],
+    )
+    .await;
+    assert!(put_with(&server, "devtoken").await.is_success());
+    assert_eq!(put_with(&server, "beta-token-00000002").await, 401);
+
+    std::fs::write(
+        &tokens,
+        "alpha alpha-token-0000001\nbeta beta-token-00000002\n",
+    )
+    .unwrap();
+    let hangup = |server: &Server| {
+        let pid = libc::pid_t::try_from(server.child.id()).unwrap();
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    };
+    hangup(&server);
+    until_answer(&server, "beta-token-00000002", |s| s.is_success()).await;
+    assert_eq!(put_with(&server, "devtoken").await, 401);
+    assert!(put_with(&server, "alpha-token-0000001").await.is_success());
+
+    std::fs::write(&tokens, "alpha has three words\n").unwrap();
+    hangup(&server);
+    let log = server.log_path();
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("tokens not reloaded") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("tokens not reloaded"));
+    assert!(put_with(&server, "beta-token-00000002").await.is_success());
+    assert!(put_with(&server, "alpha-token-0000001").await.is_success());
+}
+
+/// On an address others can reach, a token shorter than 16 characters is
+/// refused at start.
+#[tokio::test]
+async fn a_short_token_is_refused_off_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["serve", "--listen", &format!("0.0.0.0:{port}"), "--store"])
+        .arg(dir.path())
+        .args(["--auth-token", "devtoken"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    for _ in 0..600 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("the server started with a short token on 0.0.0.0");
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("at least 16"), "{stderr}");
+}
+
 #[tokio::test]
 async fn full_queues_answer_429_and_full_live_slots_503() {
     let dir = tempfile::tempdir().unwrap();

@@ -21,7 +21,7 @@ use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, SystemClock};
 use tokio::net::TcpListener;
 
-use crate::service::tenancy::Tenancy;
+use crate::service::tenancy::{Tenancy, TenancyCell, TokenRule};
 use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
@@ -302,8 +302,18 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
 }
 
 /// The tokens of `--auth-token`, `--project-token` and `--tokens-file`.
+/// Tokens shorter than 16 characters are accepted only when the server
+/// listens on a loopback address (with a warning).
 fn tenancy(args: &ServeArgs) -> Result<Tenancy, ServeError> {
-    let mut tenancy = Tenancy::open();
+    let rule = if args.listen.ip().is_loopback() {
+        TokenRule::Loopback
+    } else {
+        TokenRule::Strict
+    };
+    let mut digest_key = [0; 32];
+    digest_key[..16].copy_from_slice(&strata_engine::Entropy::bytes16(&OsEntropy));
+    digest_key[16..].copy_from_slice(&strata_engine::Entropy::bytes16(&OsEntropy));
+    let mut tenancy = Tenancy::new(rule, digest_key);
     let usage = |e: crate::service::tenancy::TenancyError| ServeError::Usage(e.to_string());
     for token in &args.auth_tokens {
         tenancy
@@ -320,7 +330,39 @@ fn tenancy(args: &ServeArgs) -> Result<Tenancy, ServeError> {
             .add_file_text(&path.display().to_string(), &text)
             .map_err(usage)?;
     }
+    if tenancy.short_tokens() > 0 {
+        tracing::warn!(
+            short_tokens = tenancy.short_tokens(),
+            listen = %args.listen,
+            "tokens shorter than 16 characters are accepted because the server listens on a loopback address only; they would be refused on any other"
+        );
+    }
     Ok(tenancy)
+}
+
+/// On `SIGHUP`, builds the token table again from the same flags and the
+/// tokens file as it is now, and puts it in place; a table that does not
+/// build leaves the one in place (and says why).
+#[cfg(unix)]
+fn spawn_token_reload(args: ServeArgs, state: Arc<AppState>) -> Result<(), ServeError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup())
+        .map_err(|e| ServeError::Usage(format!("cannot watch for SIGHUP: {e}")))?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match tenancy(&args) {
+                Ok(table) => {
+                    let tokens = table.len();
+                    state.config.tenancy.replace(table);
+                    tracing::info!(tokens, "SIGHUP: tokens reloaded");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: tokens not reloaded; the previous ones stay in force")
+                }
+            }
+        }
+    });
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> Result<(), ServeError> {
@@ -342,6 +384,8 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     };
     let store = open_store(&args.store, &options)?;
     let server = Server::open(&args, store, listener).await?;
+    #[cfg(unix)]
+    spawn_token_reload(args.clone(), server.state.clone())?;
     let local = server.local_addr();
     tracing::info!(%local, store = %args.store, shards = server.shards.len(), "listening");
     eprintln!("strata: listening on http://{local} (store {})", args.store);
@@ -494,7 +538,7 @@ impl Server {
             streams,
             subscriptions,
             HttpConfig {
-                tenancy,
+                tenancy: TenancyCell::new(tenancy),
                 dev_default_key,
                 long_poll_timeout: Duration::from_millis(args.long_poll_timeout_ms),
                 max_body_bytes: args.max_body_bytes,

@@ -175,8 +175,9 @@ fn is_product_path(path: &str) -> bool {
 }
 
 async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
+    let tenancy = state.config.tenancy.current();
     let config = ParseConfig {
-        tenancy: &state.config.tenancy,
+        tenancy: &tenancy,
         dev_default_key: state.config.dev_default_key.as_ref(),
     };
     let command = parse_request(

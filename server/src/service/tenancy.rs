@@ -12,15 +12,29 @@
 //!
 //! Tokens come from `--auth-token T` (project `default`), `--project-token
 //! PROJECT:TOKEN`, or a tokens file of `PROJECT TOKEN` lines (`#` comments).
-//! Lookups compare every configured token in constant time.
+//!
+//! Lookup is one keyed digest and one hash-map probe, whatever the number of
+//! tokens: the map is keyed by HMAC-SHA256 of the token under a key drawn
+//! when the table is built and never shown, so which bucket a presented
+//! token probes, and how long the probe takes, says nothing about the bytes
+//! of any configured token.
+//!
+//! A table is built whole and swapped whole ([`TenancyCell`]): `SIGHUP`
+//! re-reads the configuration, and a request sees either the old table or
+//! the new one, never a mix.
 
-use subtle::ConstantTimeEq;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use hmac::{Hmac, Mac};
+use parking_lot::RwLock;
+use sha2::Sha256;
 
 use super::limits::DEFAULT_PROJECT;
 
 /// Longest project name.
 pub const PROJECT_NAME_BYTES_MAX: usize = 64;
-/// Shortest token accepted in configuration.
+/// Shortest token accepted in configuration (see [`TokenRule`]).
 pub const TOKEN_BYTES_MIN: usize = 16;
 /// Most tokens one server holds.
 pub const TOKENS_MAX: usize = 100_000;
@@ -31,7 +45,10 @@ pub enum TenancyError {
         "project name {0:?}: use 1 to 64 of a-z, 0-9, '-' and '_', starting with a letter or digit"
     )]
     ProjectName(String),
-    #[error("a token must be at least {TOKEN_BYTES_MIN} visible ASCII characters without spaces")]
+    #[error(
+        "a token must be at least {TOKEN_BYTES_MIN} visible ASCII characters without spaces \
+         (shorter ones are accepted only on a loopback listen address)"
+    )]
     Token,
     #[error("token for project {0:?} is configured twice")]
     Duplicate(String),
@@ -54,14 +71,42 @@ pub fn valid_project(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
 }
 
-fn valid_token(token: &str) -> bool {
-    token.len() >= TOKEN_BYTES_MIN && token.bytes().all(|b| b.is_ascii_graphic())
+/// How short a configured token may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenRule {
+    /// At least [`TOKEN_BYTES_MIN`] bytes: a server others can reach.
+    #[default]
+    Strict,
+    /// Any non-empty token: the server listens on a loopback address only,
+    /// where a development token like `devtoken` is reachable by this machine
+    /// alone. Each short token is reported by [`Tenancy::short_tokens`].
+    Loopback,
 }
 
+type TokenDigest = [u8; 32];
+
 /// Who may call the API, and as which project.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct Tenancy {
-    tokens: Vec<(String, String)>,
+    rule: TokenRule,
+    digest_key: [u8; 32],
+    projects: HashMap<TokenDigest, Arc<str>>,
+    short_tokens: usize,
+}
+
+impl std::fmt::Debug for Tenancy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenancy")
+            .field("rule", &self.rule)
+            .field("tokens", &self.projects.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Tenancy {
+    fn default() -> Self {
+        Tenancy::open()
+    }
 }
 
 /// Why a request has no project.
@@ -69,14 +114,58 @@ pub struct Tenancy {
 pub struct Unauthorized;
 
 impl Tenancy {
-    /// No tokens: every request is project `default` (development).
+    /// No tokens: every request is project `default` (development). Its
+    /// digest key is fixed, so tokens added to it are for tests: a server
+    /// builds its table with [`Tenancy::new`] and a key from its entropy.
     pub fn open() -> Self {
-        Tenancy::default()
+        Tenancy::new(TokenRule::Strict, [0; 32])
+    }
+
+    /// An empty table whose tokens follow `rule`, digested under
+    /// `digest_key` (random, and kept only in memory).
+    pub fn new(rule: TokenRule, digest_key: [u8; 32]) -> Self {
+        Tenancy {
+            rule,
+            digest_key,
+            projects: HashMap::new(),
+            short_tokens: 0,
+        }
     }
 
     /// Whether any token is configured.
     pub fn is_open(&self) -> bool {
-        self.tokens.is_empty()
+        self.projects.is_empty()
+    }
+
+    /// How many tokens are configured.
+    pub fn len(&self) -> usize {
+        self.projects.len()
+    }
+
+    /// Whether no token is configured (the same as [`Tenancy::is_open`]).
+    pub fn is_empty(&self) -> bool {
+        self.projects.is_empty()
+    }
+
+    /// How many configured tokens are shorter than [`TOKEN_BYTES_MIN`]
+    /// (only a [`TokenRule::Loopback`] table holds any).
+    pub fn short_tokens(&self) -> usize {
+        self.short_tokens
+    }
+
+    fn digest(&self, token: &str) -> TokenDigest {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.digest_key)
+            .expect("HMAC takes a key of any length");
+        mac.update(token.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    fn valid_token(&self, token: &str) -> bool {
+        let bytes_min = match self.rule {
+            TokenRule::Strict => TOKEN_BYTES_MIN,
+            TokenRule::Loopback => 1,
+        };
+        token.len() >= bytes_min && token.bytes().all(|b| b.is_ascii_graphic())
     }
 
     /// Adds `token` for `project`.
@@ -84,16 +173,18 @@ impl Tenancy {
         if !valid_project(project) {
             return Err(TenancyError::ProjectName(project.to_string()));
         }
-        if !valid_token(token) {
+        if !self.valid_token(token) {
             return Err(TenancyError::Token);
         }
-        if self.tokens.iter().any(|(t, _)| t == token) {
-            return Err(TenancyError::Duplicate(project.to_string()));
-        }
-        if self.tokens.len() >= TOKENS_MAX {
+        if self.projects.len() >= TOKENS_MAX {
             return Err(TenancyError::TooMany);
         }
-        self.tokens.push((token.to_string(), project.to_string()));
+        let digest = self.digest(token);
+        if self.projects.contains_key(&digest) {
+            return Err(TenancyError::Duplicate(project.to_string()));
+        }
+        self.projects.insert(digest, Arc::from(project));
+        self.short_tokens += usize::from(token.len() < TOKEN_BYTES_MIN);
         Ok(())
     }
 
@@ -131,20 +222,40 @@ impl Tenancy {
     /// The project of a request, from its `Authorization` value (the HTTP
     /// layer passes the header's text, if any): a `Bearer` token.
     pub fn project_of(&self, authorization: Option<&str>) -> Result<&str, Unauthorized> {
-        if self.tokens.is_empty() {
+        if self.projects.is_empty() {
             return Ok(DEFAULT_PROJECT);
         }
         let token = authorization
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(Unauthorized)?;
-        // Every configured token is compared, in constant time each.
-        let mut found: Option<&str> = None;
-        for (t, project) in &self.tokens {
-            if bool::from(t.as_bytes().ct_eq(token.as_bytes())) {
-                found = Some(project);
-            }
+        self.projects
+            .get(&self.digest(token))
+            .map(|project| &**project)
+            .ok_or(Unauthorized)
+    }
+}
+
+/// The table requests read, replaced whole by a reload.
+#[derive(Debug, Default)]
+pub struct TenancyCell {
+    current: RwLock<Arc<Tenancy>>,
+}
+
+impl TenancyCell {
+    pub fn new(tenancy: Tenancy) -> Self {
+        TenancyCell {
+            current: RwLock::new(Arc::new(tenancy)),
         }
-        found.ok_or(Unauthorized)
+    }
+
+    /// The table as it is now (a request keeps it to its end).
+    pub fn current(&self) -> Arc<Tenancy> {
+        self.current.read().clone()
+    }
+
+    /// Puts `tenancy` in place for every later request.
+    pub fn replace(&self, tenancy: Tenancy) {
+        *self.current.write() = Arc::new(tenancy);
     }
 }
 
@@ -186,5 +297,72 @@ mod tests {
         t.add("alpha", "aaaaaaaaaaaaaaaa1").unwrap();
         assert!(t.add("beta", "aaaaaaaaaaaaaaaa1").is_err());
         assert!(t.add_file_text("f", "alpha\n").is_err());
+    }
+
+    #[test]
+    fn short_tokens_only_under_the_loopback_rule() {
+        let mut strict = Tenancy::new(TokenRule::Strict, [1; 32]);
+        assert_eq!(strict.add("default", "devtoken"), Err(TenancyError::Token));
+        let mut local = Tenancy::new(TokenRule::Loopback, [2; 32]);
+        local.add("default", "devtoken").unwrap();
+        local.add("alpha", "aaaaaaaaaaaaaaaa1").unwrap();
+        assert_eq!(local.short_tokens(), 1);
+        assert_eq!(local.project_of(Some(&bearer("devtoken"))), Ok("default"));
+        assert_eq!(
+            local.project_of(Some(&bearer("devtoke"))),
+            Err(Unauthorized)
+        );
+        assert_eq!(local.add("default", ""), Err(TenancyError::Token));
+        assert_eq!(local.add("default", "dev token"), Err(TenancyError::Token));
+    }
+
+    #[test]
+    fn many_tokens_each_find_their_project_and_the_limit_holds() {
+        let mut t = Tenancy::open();
+        for i in 0..TOKENS_MAX {
+            t.add(&format!("p{}", i % 97), &format!("token-{i:016}"))
+                .unwrap();
+        }
+        assert_eq!(t.len(), TOKENS_MAX);
+        for i in [0, 1, 4_242, TOKENS_MAX - 1] {
+            let want = format!("p{}", i % 97);
+            assert_eq!(
+                t.project_of(Some(&bearer(&format!("token-{i:016}")))),
+                Ok(want.as_str())
+            );
+        }
+        assert_eq!(
+            t.add("p0", "one-token-too-many"),
+            Err(TenancyError::TooMany)
+        );
+        assert_eq!(
+            t.project_of(Some(&bearer("token-0000000000100000"))),
+            Err(Unauthorized)
+        );
+    }
+
+    #[test]
+    fn a_replaced_table_serves_every_later_lookup() {
+        let mut first = Tenancy::open();
+        first.add("alpha", "aaaaaaaaaaaaaaaa1").unwrap();
+        let cell = TenancyCell::new(first);
+        let held = cell.current();
+        let mut second = Tenancy::open();
+        second.add("beta", "bbbbbbbbbbbbbbbb2").unwrap();
+        cell.replace(second);
+        let now = cell.current();
+        assert_eq!(
+            now.project_of(Some(&bearer("aaaaaaaaaaaaaaaa1"))),
+            Err(Unauthorized)
+        );
+        assert_eq!(
+            now.project_of(Some(&bearer("bbbbbbbbbbbbbbbb2"))),
+            Ok("beta")
+        );
+        // A request that took the old table keeps it to its end.
+        assert_eq!(
+            held.project_of(Some(&bearer("aaaaaaaaaaaaaaaa1"))),
+            Ok("alpha")
+        );
     }
 }

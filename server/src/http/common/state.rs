@@ -16,13 +16,14 @@ use tokio::time::Instant;
 
 use super::error::ApiError;
 use crate::service::subscriptions::Subscriptions;
-use crate::service::tenancy::Tenancy;
+use crate::service::tenancy::TenancyCell;
 use crate::service::{ServiceError, Streams};
 
 /// Server settings the handlers read.
 pub struct HttpConfig {
-    /// Bearer tokens and their projects (none: no authentication).
-    pub tenancy: Tenancy,
+    /// Bearer tokens and their projects (none: no authentication); `SIGHUP`
+    /// replaces the table.
+    pub tenancy: TenancyCell,
     /// The key used for raw-route requests that carry none (development).
     pub dev_default_key: Option<StreamKey>,
     pub long_poll_timeout: Duration,
