@@ -289,6 +289,70 @@ async fn malformed_requests_get_4xx_with_json_errors() {
     }
 }
 
+/// The raw route takes the product's `Prisma-Encryption-Key` as well as
+/// `Stream-Encryption-Key`, with the same meaning; both, naming different
+/// keys, is 400. `GET /` describes the server.
+#[tokio::test]
+async fn the_raw_route_takes_either_key_header_and_the_root_describes_the_server() {
+    const OTHER_KEY: &str = "cmF3LXJvdXRlLXByb2R1Y3QtaGVhZGVyLWtleS0zMiE";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path().to_str().unwrap(), free_port(), &[]).await;
+    let c = client();
+    let created = c
+        .put(server.url("k"))
+        .header("prisma-encryption-key", OTHER_KEY)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let appended = c
+        .post(server.url("k"))
+        .header("stream-encryption-key", OTHER_KEY)
+        .header("prisma-encryption-key", OTHER_KEY)
+        .header("content-type", "text/plain")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert!(appended.status().is_success(), "{}", appended.status());
+    let read = c
+        .get(format!("{}?offset=-1", server.url("k")))
+        .header("prisma-encryption-key", OTHER_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    assert_eq!(read.text().await.unwrap(), "hello");
+    // Without a key header the development key is used: not this stream's.
+    let keyless = c
+        .get(format!("{}?offset=-1", server.url("k")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(keyless.status(), 403);
+    let both = c
+        .get(format!("{}?offset=-1", server.url("k")))
+        .header("stream-encryption-key", DEV_KEY)
+        .header("prisma-encryption-key", OTHER_KEY)
+        .send()
+        .await
+        .unwrap();
+    let (status, code) = error_code(both).await;
+    assert_eq!((status.as_u16(), code.as_str()), (400, "invalid_key"));
+
+    let root = c.get(format!("{}/", server.base)).send().await.unwrap();
+    assert_eq!(root.status(), 200);
+    assert_eq!(root.headers()["content-type"], "application/json");
+    let root: serde_json::Value = serde_json::from_slice(&root.bytes().await.unwrap()).unwrap();
+    assert_eq!(root["name"], "strata");
+    assert_eq!(root["surfaces"]["product"]["path"], "/v1/streams/{name}");
+    assert_eq!(
+        root["surfaces"]["durableStreams"]["path"],
+        "/v1/stream/{name}"
+    );
+}
+
 #[tokio::test]
 async fn bearer_tokens_guard_the_api() {
     let dir = tempfile::tempdir().unwrap();

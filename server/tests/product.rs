@@ -903,6 +903,13 @@ async fn seal_bodies_and_cors() {
     api.batch("m", "", &format!("[1, {big}]"))
         .await
         .expect_error(413, "body_too_large");
+    // Size before syntax: a malformed body too large for a record is 413.
+    api.append("m", "", &format!("{{{}", "x".repeat(200)))
+        .await
+        .expect_error(413, "body_too_large");
+    api.append("m", "", "{x")
+        .await
+        .expect_error(400, "invalid_body");
     assert_eq!(api.read("m", "", None).await.text(), "[]");
     // Browsers may send the product headers and read the cursor headers.
     let pre = common::client()
@@ -921,6 +928,7 @@ async fn seal_bodies_and_cors() {
     ] {
         assert!(allowed.contains(name), "{name} not allowed: {allowed}");
     }
+    assert_eq!(pre.headers()["cache-control"], "no-store");
     let page = api.read("m", "", None).await;
     let exposed = page.header("access-control-expose-headers").unwrap();
     for name in [

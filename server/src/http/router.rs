@@ -49,6 +49,8 @@ pub enum Command {
     Preflight,
     /// `/healthz`.
     Health,
+    /// `GET /`: what this server is (no token needed, nothing secret).
+    Root,
     /// `POST /v1/fleet/hint` from another fleet member (its instance id).
     FleetHint(Option<fleet_http::Hint>),
     /// A route only fleet members call (the peer key is checked by its handler).
@@ -87,6 +89,9 @@ pub fn parse_request(
     }
     if path == "/healthz" {
         return Ok(Command::Health);
+    }
+    if path == "/" && (method == Method::GET || method == Method::HEAD) {
+        return Ok(Command::Root);
     }
     if path == fleet_http::HINT_PATH && method == Method::POST {
         return Ok(Command::FleetHint(fleet_http::parse_hint(headers)));
@@ -133,6 +138,31 @@ pub fn parse_request(
         "not_found",
         "no such route",
     ))
+}
+
+/// The answer to `GET /`: the server's name and version, its two surfaces
+/// and where they are documented.
+fn root_description() -> Response<Body> {
+    let body = serde_json::json!({
+        "name": "strata",
+        "version": env!("CARGO_PKG_VERSION"),
+        "surfaces": {
+            "durableStreams": {
+                "path": "/v1/stream/{name}",
+                "protocol": "https://github.com/durable-streams/durable-streams/blob/main/PROTOCOL.md",
+            },
+            "product": {
+                "path": "/v1/streams/{name}",
+                "openapi": "docs/openapi.yaml",
+            },
+        },
+        "health": "/healthz",
+        "docs": ["docs/API.md", "docs/openapi.yaml", "docs/RUNBOOK.md"],
+    });
+    let mut response = Response::new(full(body.to_string()));
+    crate::http::common::response::set(&mut response, "content-type", "application/json");
+    crate::http::common::response::set(&mut response, "cache-control", "no-store");
+    response
 }
 
 /// 401 for a request without a valid bearer token (in the product's error
@@ -208,6 +238,7 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
     match command {
         Command::Preflight => Ok(preflight()),
         Command::Health => Ok(Response::new(full("ok\n"))),
+        Command::Root => Ok(root_description()),
         Command::FleetHint(hint) => fleet_http::hint(state, request.headers(), hint).await,
         Command::FleetPeer(route) => peers::handle(state, request, route).await,
         Command::Subscriptions { project, route } => {

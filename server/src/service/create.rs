@@ -276,7 +276,7 @@ impl Streams {
     }
 
     /// Refuses a record over `max_record_bytes`.
-    pub(super) fn check_record_sizes(&self, records: &[Bytes]) -> Result<(), ServiceError> {
+    pub fn check_record_sizes(&self, records: &[Bytes]) -> Result<(), ServiceError> {
         if records
             .iter()
             .any(|r| r.len() > self.config.max_record_bytes)

@@ -73,6 +73,7 @@ pub fn preflight() -> Response<Body> {
         HeaderValue::from_static(ALLOW_HEADERS),
     );
     h.insert("access-control-max-age", HeaderValue::from_static("600"));
+    h.insert("cache-control", HeaderValue::from_static("no-store"));
     response
 }
 

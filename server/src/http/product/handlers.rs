@@ -351,7 +351,16 @@ async fn append(
         }
         records
     } else {
-        vec![json::one_record(&body).map_err(|e| bad("invalid_body", e.to_string()))?]
+        match json::one_record(&body) {
+            Ok(record) => vec![record],
+            Err(e) => {
+                // Size before syntax: a body too large for one record is 413.
+                streams
+                    .check_record_sizes(std::slice::from_ref(&body))
+                    .map_err(service_error)?;
+                return Err(bad("invalid_body", e.to_string()));
+            }
+        }
     };
     let operation = if call.batch {
         Operation::AppendBatch

@@ -121,18 +121,35 @@ fn canonical_integer(text: &str) -> Option<u64> {
     }
 }
 
+/// The stream key of a raw-route request: `Stream-Encryption-Key`, or the
+/// product surface's `Prisma-Encryption-Key` with the same meaning (both
+/// present must name the same key), or the development default.
 fn stream_key(
     dev_default_key: Option<&StreamKey>,
     headers: &HeaderMap,
 ) -> Result<StreamKey, ApiError> {
-    match header(headers, "stream-encryption-key")? {
-        Some(text) => StreamKey::parse(text)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_key", e.to_string())),
-        None => dev_default_key.cloned().ok_or_else(|| {
+    let parse = |text: &str| {
+        StreamKey::parse(text)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_key", e.to_string()))
+    };
+    let raw = header(headers, "stream-encryption-key")?
+        .map(parse)
+        .transpose()?;
+    let product = header(headers, "prisma-encryption-key")?
+        .map(parse)
+        .transpose()?;
+    match (raw, product) {
+        (Some(raw), Some(product)) if raw.expose() != product.expose() => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_key",
+            "Stream-Encryption-Key and Prisma-Encryption-Key name different keys",
+        )),
+        (Some(key), _) | (None, Some(key)) => Ok(key),
+        (None, None) => dev_default_key.cloned().ok_or_else(|| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "missing_key",
-                "Stream-Encryption-Key is required (32 bytes, base64url)",
+                "Stream-Encryption-Key (or Prisma-Encryption-Key) is required (32 bytes, base64url)",
             )
         }),
     }
