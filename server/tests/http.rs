@@ -475,6 +475,45 @@ async fn sighup_reloads_the_tokens_file_and_a_broken_file_changes_nothing() {
     assert!(put_with(&server, "alpha-token-0000001").await.is_success());
 }
 
+/// Logs written to a file carry no terminal colour codes; `--log-format json`
+/// writes one JSON object per line and nothing else (no console lines),
+/// from start to stop.
+#[tokio::test]
+async fn logs_are_plain_text_off_a_terminal_and_json_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = Server::start(dir.path().join("t").to_str().unwrap(), free_port(), &[]).await;
+    let log = std::fs::read_to_string(text.log_path()).unwrap();
+    assert!(log.contains("listening"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a log file: {log:?}"
+    );
+    drop(text);
+
+    let mut json = Server::start(
+        dir.path().join("j").to_str().unwrap(),
+        free_port(),
+        &["--log-format", "json"],
+    )
+    .await;
+    let pid = libc::pid_t::try_from(json.child.id()).unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert!(json.child.wait().unwrap().success());
+    let log = std::fs::read_to_string(json.log_path()).unwrap();
+    let mut messages = Vec::new();
+    for line in log.lines().filter(|l| !l.is_empty()) {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(
+            event["level"].is_string() && event["timestamp"].is_string(),
+            "{line}"
+        );
+        messages.push(event["message"].as_str().unwrap_or_default().to_string());
+    }
+    // (The test server's RUST_LOG keeps the engine's events, not the server's.)
+    assert!(messages.iter().any(|m| m == "shard opened"), "{messages:?}");
+}
+
 /// On an address others can reach, a token shorter than 16 characters is
 /// refused at start.
 #[tokio::test]

@@ -3,7 +3,9 @@
 //! parses its arguments here and runs its room's code; `main.rs` only calls
 //! [`main`].
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
 use clap::{Parser, Subcommand};
 
@@ -18,8 +20,65 @@ pub mod serve;
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Durable streams on object storage")]
 struct Cli {
+    /// How log lines are written to stderr: `text` (colours only when stderr
+    /// is a terminal) or `json` (one JSON object per line, and nothing else
+    /// on stderr).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "STRATA_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Commands,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+static LOG_FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// A line for the person at the console (`strata: …` on stderr), written in
+/// the text log format only: in the JSON format stderr carries log objects
+/// alone, so whatever such a line says is also logged as an event.
+pub(crate) fn console(line: impl std::fmt::Display) {
+    if LOG_FORMAT.get().copied().unwrap_or_default() == LogFormat::Text {
+        eprintln!("strata: {line}");
+    }
+}
+
+/// Why the command failed, as its last line on stderr (a log object in the
+/// JSON format).
+fn report_failure(error: &dyn std::fmt::Display) {
+    match LOG_FORMAT.get().copied().unwrap_or_default() {
+        LogFormat::Text => eprintln!("error: {error}"),
+        LogFormat::Json => tracing::error!(error = %error, "command failed"),
+    }
+}
+
+/// Installs the log subscriber: `RUST_LOG` filters (default `warn,strata=info`).
+fn init_logging(format: LogFormat) {
+    let _ = LOG_FORMAT.set(format);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,strata=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
 }
 
 #[derive(Subcommand)]
@@ -47,16 +106,10 @@ enum Commands {
 
 /// Runs the command of the process's arguments.
 pub fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,strata=info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
     // TLS (S3, webhooks) uses rustls with the ring provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
     let result = match cli.command {
         Commands::Shard(command) => return exit(ops::run_shard(command)),
         Commands::Stream(command) => return exit(ops::run_stream(command)),
@@ -69,7 +122,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_failure(&e);
             ExitCode::FAILURE
         }
     }
@@ -81,7 +134,7 @@ fn exit(result: Result<ExitCode, ops::OpsError>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_failure(&e);
             match e {
                 ops::OpsError::Usage(_) => ExitCode::from(2),
                 _ => ExitCode::FAILURE,

@@ -388,7 +388,10 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     spawn_token_reload(args.clone(), server.state.clone())?;
     let local = server.local_addr();
     tracing::info!(%local, store = %args.store, shards = server.shards.len(), "listening");
-    eprintln!("strata: listening on http://{local} (store {})", args.store);
+    super::console(format_args!(
+        "listening on http://{local} (store {})",
+        args.store
+    ));
     server.run(shutdown_signal()).await
 }
 
@@ -423,7 +426,7 @@ impl Server {
                     ));
                 }
                 tracing::warn!("DEVELOPMENT MODE: requests without Stream-Encryption-Key use the --dev-default-key key; never run this in production");
-                eprintln!("strata: WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
+                super::console("WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
                 Some(
                     StreamKey::parse(text)
                         .map_err(|e| ServeError::Usage(format!("--dev-default-key: {e}")))?,
@@ -647,7 +650,8 @@ impl Server {
         let shutdown = async move {
             shutdown.await;
             if let Some(fleet) = draining {
-                eprintln!("strata: draining: handing shards to other members");
+                tracing::info!("draining: handing shards to other members");
+                super::console("draining: handing shards to other members");
                 fleet.drain().await;
             }
         };
@@ -680,7 +684,8 @@ impl Server {
                 _ = &mut shutdown => break,
             }
         }
-        eprintln!("strata: shutting down: finishing requests in flight");
+        tracing::info!("shutting down: finishing requests in flight");
+        super::console("shutting down: finishing requests in flight");
         drop(listener);
         // Live readers end, paced over a few seconds, and reconnect.
         state.begin_closing();
@@ -696,7 +701,8 @@ impl Server {
         if let Some(fleet) = &fleet {
             fleet.stop().await;
         }
-        eprintln!("strata: stopped");
+        tracing::info!("stopped");
+        super::console("stopped");
         Ok(())
     }
 }
