@@ -399,3 +399,37 @@ async fn a_wrong_key_is_refused_before_any_page_is_touched() {
     );
     assert_eq!(payloads(&reopened, &s, 0).await, ["secret"]);
 }
+
+/// The operators' counts follow what the shard did: PUTs written with their
+/// records and latency, the claim, a seal, and the fence by a newer owner.
+#[tokio::test]
+async fn metrics_count_puts_records_claims_seals_and_fences() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let shard = open(&store, 1).await.unwrap();
+    let s = stream(1);
+    shard.create_stream(s, &cipher()).await.unwrap();
+    shard
+        .append(AppendRequest::new(s, cipher(), records(&["a", "b", "c"])))
+        .await
+        .unwrap();
+    let m = shard.metrics();
+    assert_eq!((m.claims, m.fences, m.wal_put_failures), (1, 0, 0));
+    assert_eq!(m.wal_puts, 2, "the create and the append");
+    assert_eq!(m.wal_records, 3);
+    assert!(m.wal_put_bytes > 0 && m.unsealed_bytes > 0);
+    assert_eq!(m.wal_put_latency.count, m.wal_puts);
+    assert_eq!(m.puts_in_flight, 0);
+
+    shard.seal_now().await.unwrap();
+    let m = shard.metrics();
+    assert_eq!((m.seals, m.seal_failures, m.seal_latency.count), (1, 0, 1));
+    assert_eq!(m.unsealed_bytes, 0);
+
+    let _newer = open(&store, 2).await.unwrap();
+    let fenced = shard
+        .append(AppendRequest::new(s, cipher(), records(&["late"])))
+        .await;
+    assert_eq!(fenced.unwrap_err(), EngineError::Fenced);
+    let m = shard.metrics();
+    assert_eq!((m.fences, m.wal_put_failures, m.wal_records), (1, 1, 3));
+}

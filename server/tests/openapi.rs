@@ -27,8 +27,9 @@ const BODY_BYTES_MAX: usize = 64 << 10;
 const UNPROVOKED: [&str; 4] = ["rate_limited", "internal", "unavailable", "bad_request"];
 
 /// The (path, method) pairs this test knows how to exercise.
-const KNOWN: [(&str, &str); 21] = [
+const KNOWN: [(&str, &str); 22] = [
     ("/", "get"),
+    ("/metrics", "get"),
     ("/healthz", "get"),
     ("/v1/streams", "get"),
     ("/v1/streams/{name}", "put"),
@@ -685,6 +686,12 @@ async fn every_documented_operation_answers_as_documented() {
     assert_eq!(c.expect("/healthz", health, 200, "").await.text(), "ok\n");
     let root = c.http.get(format!("{}/", c.base));
     assert_eq!(c.expect("/", root, 200, "").await.json()["name"], "strata");
+    let metrics = c.http.get(format!("{}/metrics", c.base));
+    assert!(c
+        .expect("/metrics", metrics, 200, "")
+        .await
+        .text()
+        .ends_with("# EOF\n"));
 
     // ------------------------------------------------------------ collections
     let watches = r#"{"format":{"kind":"json"},"expiry":{"idle":"1d"},"watches":[{"name":"w","fields":["/a"]}]}"#;

@@ -112,6 +112,7 @@ impl Shard {
             last_recovery: parking_lot::Mutex::new(opened.report.clone()),
             pins: Default::default(),
             gc_deleted_objects: Default::default(),
+            metrics: Default::default(),
         });
         let (tx, rx) = mpsc::channel(ctx.config.ingest_queue_capacity.max(1));
         let actor = actor::Actor::new(ctx.clone(), shared.clone(), rx, opened);
@@ -159,6 +160,16 @@ impl Shard {
             .shared
             .gc_deleted_objects
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The shard's counts and gauges now (see `shard::metrics`).
+    pub fn metrics(&self) -> super::metrics::ShardMetricsSnapshot {
+        super::metrics::ShardMetricsSnapshot {
+            queue_depth: self.queued() as u64,
+            unsealed_bytes: self.unsealed_bytes(),
+            gc_deleted_objects: self.gc_deleted_objects(),
+            ..self.inner.shared.metrics.snapshot()
+        }
     }
 
     fn submit(&self, command: Command) -> Result<(), EngineError> {

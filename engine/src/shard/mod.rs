@@ -51,6 +51,7 @@ mod handle;
 pub mod history;
 pub(crate) mod io;
 mod limits;
+pub mod metrics;
 pub mod producer;
 mod read;
 pub mod recovery;

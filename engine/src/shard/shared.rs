@@ -44,6 +44,8 @@ pub(crate) struct ShardShared {
     /// Segments reads in progress hold: garbage collection waits for them.
     pub pins: parking_lot::Mutex<HashMap<ObjectId, u32>>,
     pub gc_deleted_objects: std::sync::atomic::AtomicU64,
+    /// Operators' counts, written by the actor.
+    pub metrics: super::metrics::ShardMetrics,
 }
 
 impl ShardShared {

@@ -26,10 +26,16 @@ pub async fn handle(
     state: Arc<AppState>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let mut response = route(state, request)
+    let started = tokio::time::Instant::now();
+    let method = request.method().clone();
+    let surface = crate::http::common::metrics::surface_of(request.uri().path());
+    let mut response = route(state.clone(), request)
         .await
         .unwrap_or_else(ApiError::into_response);
     common_headers(response.headers_mut());
+    state
+        .metrics
+        .finished(surface, &method, response.status(), started.elapsed());
     Ok(response)
 }
 
@@ -51,6 +57,8 @@ pub enum Command {
     Health,
     /// `GET /`: what this server is (no token needed, nothing secret).
     Root,
+    /// `GET /metrics`: the metrics exposition (no token, like `/healthz`).
+    Metrics,
     /// `POST /v1/fleet/hint` from another fleet member (its instance id).
     FleetHint(Option<fleet_http::Hint>),
     /// A route only fleet members call (the peer key is checked by its handler).
@@ -92,6 +100,9 @@ pub fn parse_request(
     }
     if path == "/" && (method == Method::GET || method == Method::HEAD) {
         return Ok(Command::Root);
+    }
+    if path == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+        return Ok(Command::Metrics);
     }
     if path == fleet_http::HINT_PATH && method == Method::POST {
         return Ok(Command::FleetHint(fleet_http::parse_hint(headers)));
@@ -205,18 +216,20 @@ fn is_product_path(path: &str) -> bool {
 }
 
 async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
-    let tenancy = state.config.tenancy.current();
-    let config = ParseConfig {
-        tenancy: &tenancy,
-        dev_default_key: state.config.dev_default_key.as_ref(),
-    };
-    let command = parse_request(
-        config,
-        request.method(),
-        request.uri().path(),
-        request.uri().query(),
-        request.headers(),
-    )?;
+    // The token table is read under its lock only while parsing (no await).
+    let command = state.config.tenancy.with_current(|tenancy| {
+        let config = ParseConfig {
+            tenancy,
+            dev_default_key: state.config.dev_default_key.as_ref(),
+        };
+        parse_request(
+            config,
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+            request.headers(),
+        )
+    })?;
     if let Some(fleet) = state.fleet.get() {
         if let Some((index, product)) = command.fleet_target(state.streams.router()) {
             match fleet_http::decide(&state, fleet, index, request.headers()).await {
@@ -239,6 +252,16 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
         Command::Preflight => Ok(preflight()),
         Command::Health => Ok(Response::new(full("ok\n"))),
         Command::Root => Ok(root_description()),
+        Command::Metrics => {
+            let mut response = Response::new(full(state.metrics.render()));
+            crate::http::common::response::set(
+                &mut response,
+                "content-type",
+                crate::http::common::metrics::CONTENT_TYPE,
+            );
+            crate::http::common::response::set(&mut response, "cache-control", "no-store");
+            Ok(response)
+        }
         Command::FleetHint(hint) => fleet_http::hint(state, request.headers(), hint).await,
         Command::FleetPeer(route) => peers::handle(state, request, route).await,
         Command::Subscriptions { project, route } => {

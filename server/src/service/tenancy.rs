@@ -248,9 +248,15 @@ impl TenancyCell {
         }
     }
 
-    /// The table as it is now (a request keeps it to its end).
+    /// The table as it is now (a holder keeps it to its end).
     pub fn current(&self) -> Arc<Tenancy> {
         self.current.read().clone()
+    }
+
+    /// Runs `f` on the table as it is now, under the read lock (no reference
+    /// count changes hands: the request path's way).
+    pub fn with_current<R>(&self, f: impl FnOnce(&Tenancy) -> R) -> R {
+        f(&self.current.read())
     }
 
     /// Puts `tenancy` in place for every later request.

@@ -15,11 +15,24 @@ use tokio::time::Instant;
 use super::parts::{Herd, PutDone};
 use super::Actor;
 use crate::shard::io::WalPutOutcome;
+use crate::shard::metrics::ShardMetrics;
 use crate::shard::shared::StreamCell;
 use crate::shard::state::apply_entry;
 
 /// Longest a small batch waits for the appenders a PUT just acknowledged.
 const HERD_WAIT: Duration = Duration::from_millis(1);
+
+/// Records the appends of `object` carry.
+fn records_in(object: &WalObject) -> u64 {
+    object
+        .entries
+        .iter()
+        .map(|entry| match entry {
+            WalEntry::Append(append) => append.record_count,
+            _ => 0,
+        })
+        .sum()
+}
 
 impl Actor {
     pub(super) fn on_put_joined(
@@ -55,12 +68,23 @@ impl Actor {
         let Some(entry) = self.wal.inflight.get_mut(index as usize) else {
             return;
         };
+        let metrics = &self.shared.metrics;
         match &done.outcome {
-            WalPutOutcome::Written => self.wal.put_latency.observe(entry.started.elapsed()),
+            WalPutOutcome::Written => {
+                let took = entry.started.elapsed();
+                self.wal.put_latency.observe(took);
+                metrics.wal_put_latency.observe(took);
+                ShardMetrics::add(&metrics.wal_puts, 1);
+                ShardMetrics::add(&metrics.wal_put_bytes, entry.bytes as u64);
+                if let Some(object) = &done.object {
+                    ShardMetrics::add(&metrics.wal_records, records_in(object));
+                }
+            }
             WalPutOutcome::Fenced {
                 epoch,
                 after_unknown,
             } => {
+                ShardMetrics::add(&metrics.wal_put_failures, 1);
                 tracing::warn!(shard = %self.ctx.layout.shard(), newer_epoch = epoch, after_unknown, "fenced by a newer owner");
                 // After an attempt that may have landed, the newer owner may
                 // hold this object (and the ones issued with it) in its log.
@@ -69,6 +93,7 @@ impl Actor {
                 return;
             }
             WalPutOutcome::Collision { epoch } => {
+                ShardMetrics::add(&metrics.wal_put_failures, 1);
                 tracing::warn!(shard = %self.ctx.layout.shard(), other_epoch = epoch, "WAL slot taken by an older writer's object");
                 self.wal.failed_issue = Some(
                     self.wal
@@ -77,6 +102,7 @@ impl Actor {
                 );
             }
             WalPutOutcome::Failed(error) => {
+                ShardMetrics::add(&metrics.wal_put_failures, 1);
                 tracing::warn!(shard = %self.ctx.layout.shard(), %error, "WAL put failed");
                 self.wal.failed_issue = Some(
                     self.wal

@@ -28,6 +28,7 @@ mod recover;
 mod schedule;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,6 +105,7 @@ impl Actor {
             sealer: Sealer {
                 state: SealState::default(),
                 tasks: JoinSet::new(),
+                started: None,
             },
             collector: Collector {
                 queue: GcQueue::default(),
@@ -168,6 +170,10 @@ impl Actor {
             self.flush_ready();
             self.maybe_seal();
             self.maybe_collect();
+            self.shared
+                .metrics
+                .puts_in_flight
+                .store(self.wal.inflight.len() as u64, Ordering::Relaxed);
         }
         if !self.owner.fenced {
             self.shared.status.send_replace(ShardStatus::Stopped);

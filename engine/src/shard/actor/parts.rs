@@ -71,6 +71,8 @@ pub(super) struct Sealer {
     pub(super) state: SealState,
     /// At most one seal runs at a time.
     pub(super) tasks: JoinSet<SealResult>,
+    /// When the running seal started.
+    pub(super) started: Option<Instant>,
 }
 
 /// The garbage collector's queue and tasks (`schedule.rs`).

@@ -18,6 +18,7 @@ use crate::layout::ObjectId;
 use crate::shard::api::ShardStatus;
 use crate::shard::command::Command;
 use crate::shard::gc::{self, GcQueue};
+use crate::shard::metrics::ShardMetrics;
 use crate::shard::recovery::{self, Opened};
 use crate::shard::seal::SealState;
 use crate::shard::shared::StreamCell;
@@ -82,6 +83,7 @@ impl Actor {
     /// found the newer owner).
     pub(super) fn become_fenced(&mut self, fenced_at: Option<u64>) {
         self.owner.fenced = true;
+        ShardMetrics::add(&self.shared.metrics.fences, 1);
         for waiter in self.sealer.state.waiting.drain(..) {
             let _ = waiter.send(Err(EngineError::Fenced));
         }
@@ -183,6 +185,7 @@ impl Actor {
     /// Adopts a freshly opened shard: its manifest, epoch, slots and state.
     pub(super) fn install(&mut self, opened: Opened) {
         let now = Instant::now();
+        ShardMetrics::add(&self.shared.metrics.claims, 1);
         let mut seal = SealState {
             dirty_since: (!opened.touched.is_empty()).then_some(now),
             dirty: opened.touched,

@@ -15,6 +15,7 @@ use crate::error::EngineError;
 use crate::layout::ObjectId;
 use crate::shard::api::ShardStatus;
 use crate::shard::gc::{self, GcOutcome};
+use crate::shard::metrics::ShardMetrics;
 use crate::shard::seal::{self, SealFailure, SealPlan, SealResult, SealStream};
 
 /// A pinned segment's deletion is looked at again after this long.
@@ -144,11 +145,22 @@ impl Actor {
             replay_slot = plan.replay.slot,
             "seal started"
         );
+        self.sealer.started = Some(Instant::now());
         self.sealer.tasks.spawn(seal::run(self.ctx.clone(), plan));
     }
 
     pub(super) fn on_seal_joined(&mut self, joined: Result<SealResult, tokio::task::JoinError>) {
         let now = Instant::now();
+        let metrics = &self.shared.metrics;
+        let started = self.sealer.started.take();
+        let counter = match &joined {
+            Ok(Ok(_)) => &metrics.seals,
+            _ => &metrics.seal_failures,
+        };
+        ShardMetrics::add(counter, 1);
+        if let (Ok(Ok(_)), Some(started)) = (&joined, started) {
+            metrics.seal_latency.observe(now - started);
+        }
         let done = match joined {
             Ok(Ok(done)) => done,
             Ok(Err(SealFailure::Fenced)) => {

@@ -4,12 +4,13 @@
 //! reading — bounded bodies, header text, stream names, producer headers
 //! ([`request`]) — and response building — bodies, the headers every answer
 //! carries, the CORS preflight, record rendering ([`response`]) — and the
-//! fleet's peer key ([`peer_key`]).
+//! fleet's peer key ([`peer_key`]) and the metrics (`/metrics`, [`metrics`]).
 //!
 //! Nothing here knows a route: the router and the surfaces import this
 //! module, never the other way round.
 
 pub mod error;
+pub mod metrics;
 pub mod peer_key;
 pub mod request;
 pub mod response;

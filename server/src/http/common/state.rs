@@ -81,7 +81,9 @@ pub struct AppState {
     pub streams: Arc<Streams>,
     pub subscriptions: Arc<Subscriptions>,
     pub config: HttpConfig,
-    pub live_connections: AtomicUsize,
+    pub live_connections: Arc<AtomicUsize>,
+    /// The HTTP layer's metrics and the registry `/metrics` renders.
+    pub metrics: super::metrics::HttpMetrics,
     write_slots: Arc<Semaphore>,
     /// Set once on a fleet member (`strata serve --fleet`).
     pub fleet: std::sync::OnceLock<FleetHttp>,
@@ -119,11 +121,13 @@ impl AppState {
         subscriptions: Arc<Subscriptions>,
         config: HttpConfig,
     ) -> Self {
+        let live_connections = Arc::new(AtomicUsize::new(0));
         AppState {
+            metrics: super::metrics::HttpMetrics::new(streams.clone(), live_connections.clone()),
             streams,
             subscriptions,
             config,
-            live_connections: AtomicUsize::new(0),
+            live_connections,
             write_slots: Arc::new(Semaphore::new(WRITES_IN_FLIGHT_MAX)),
             fleet: std::sync::OnceLock::new(),
             closing: tokio::sync::watch::Sender::new(false),

@@ -1,0 +1,168 @@
+//! `GET /metrics`: the exposition parses, counts what was done, and names
+//! no stream.
+
+mod common;
+
+use common::{client, free_port, Server};
+
+/// The value of the series `name{labels}` (labels exactly as exposed).
+fn value(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// The sum over every series of metric `name` (any labels).
+fn total(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn metrics_count_requests_and_wal_puts_and_name_no_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path().to_str().unwrap(), free_port(), &[]).await;
+    let c = client();
+    let name = "a-stream-name-that-must-not-be-a-label";
+    let url = server.url(name);
+    let created = c
+        .put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    for i in 0..5 {
+        let r = c
+            .post(&url)
+            .header("content-type", "text/plain")
+            .body(format!("record {i}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    let missing = c.get(server.url("missing")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+
+    let answer = c
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    let text = answer.text().await.unwrap();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(!text.contains(name), "a stream name is a label: {text}");
+
+    let appends = value(
+        &text,
+        r#"strata_http_requests_total{surface="raw",method="POST",status="2xx"}"#,
+    );
+    assert_eq!(appends, Some(5.0), "{text}");
+    let not_found = value(
+        &text,
+        r#"strata_http_requests_total{surface="raw",method="GET",status="4xx"}"#,
+    );
+    assert_eq!(not_found, Some(1.0), "{text}");
+    assert!(total(&text, "strata_http_request_duration_seconds_count") >= 7.0);
+    assert!(text.contains("strata_http_live_connections 0"), "{text}");
+
+    // The create and the five appends are in the WAL (one record each).
+    assert!(total(&text, "strata_wal_records_total") >= 5.0, "{text}");
+    let puts = total(&text, "strata_wal_puts_total");
+    assert!(puts >= 2.0, "{text}");
+    assert_eq!(total(&text, "strata_wal_put_duration_seconds_count"), puts);
+    let infinite: f64 = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("strata_wal_put_duration_seconds_bucket{") && l.contains(r#"le="+Inf""#)
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert_eq!(infinite, puts, "every PUT is in the +Inf bucket");
+    assert!(total(&text, "strata_shard_claims_total") >= 1.0);
+    assert_eq!(total(&text, "strata_shard_fences_total"), 0.0);
+    assert_eq!(total(&text, "strata_wal_put_failures_total"), 0.0);
+}
+
+/// Every strata_… metric name anywhere in the dashboard's expressions.
+fn dashboard_metric_names(dashboard: &serde_json::Value, out: &mut Vec<String>) {
+    match dashboard {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value.as_str()) {
+                    ("expr" | "query", Some(expr)) => {
+                        let names: Vec<String> = expr
+                            .match_indices("strata_")
+                            .map(|(at, _)| {
+                                expr[at..]
+                                    .chars()
+                                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                                    .collect()
+                            })
+                            .collect();
+                        assert!(
+                            !names.is_empty() || key == "query",
+                            "{expr} names no metric"
+                        );
+                        out.extend(names);
+                    }
+                    _ => dashboard_metric_names(value, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            items.iter().for_each(|v| dashboard_metric_names(v, out))
+        }
+        _ => {}
+    }
+}
+
+/// docs/grafana/strata.json asks only for series the server exports.
+#[tokio::test]
+async fn the_dashboard_names_only_exported_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path().to_str().unwrap(), free_port(), &[]).await;
+    let c = client();
+    let created = c
+        .put(server.url("d"))
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let text = c
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let exported: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grafana/strata.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut names = Vec::new();
+    dashboard_metric_names(&dashboard, &mut names);
+    assert!(names.len() >= 15, "{names:?}");
+    for name in &names {
+        assert!(
+            exported.contains(name.as_str()),
+            "the dashboard asks for {name}, which the server does not export: {exported:?}"
+        );
+    }
+}
