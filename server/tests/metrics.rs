@@ -166,3 +166,53 @@ async fn the_dashboard_names_only_exported_metrics() {
         );
     }
 }
+
+/// With `--metrics-listen`, `/metrics` moves to that address: the main one
+/// answers 404 for it, and the metrics address serves nothing else.
+#[tokio::test]
+async fn metrics_listen_serves_the_metrics_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let server = Server::start(
+        dir.path().to_str().unwrap(),
+        free_port(),
+        &["--metrics-listen", &metrics_addr],
+    )
+    .await;
+    let c = client();
+    let created = c
+        .put(server.url("m"))
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let main = c
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(main.status(), 404);
+    let apart = c
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(apart.status(), 200);
+    let text = apart.text().await.unwrap();
+    assert_eq!(
+        value(
+            &text,
+            r#"strata_http_requests_total{surface="raw",method="PUT",status="2xx"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let other = c
+        .get(format!("http://{metrics_addr}/v1/stream/m"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 404);
+}

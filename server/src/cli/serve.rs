@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// A file of `PROJECT TOKEN` lines (`#` starts a comment).
     #[arg(long, env = "STRATA_TOKENS_FILE")]
     pub tokens_file: Option<std::path::PathBuf>,
+    /// Serve `GET /metrics` (and `/healthz`) on this address only, instead
+    /// of on `--listen` (where `/metrics` then answers 404).
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
     /// Longest a long-poll (and an idle SSE interval) waits, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     pub long_poll_timeout_ms: u64,
@@ -374,6 +378,14 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
             addr: args.listen,
             source,
         })?;
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Listen { addr, source })?,
+        ),
+        None => None,
+    };
     let options = StoreOptions {
         s3: args.s3.options(),
         latency: Latency {
@@ -384,6 +396,13 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     };
     let store = open_store(&args.store, &options)?;
     let server = Server::open(&args, store, listener).await?;
+    if let Some(listener) = metrics_listener {
+        tracing::info!(addr = ?listener.local_addr().ok(), "metrics: serving /metrics here");
+        tokio::spawn(crate::http::metrics_listener(
+            listener,
+            server.state.clone(),
+        ));
+    }
     #[cfg(unix)]
     spawn_token_reload(args.clone(), server.state.clone())?;
     let local = server.local_addr();
@@ -547,6 +566,7 @@ impl Server {
                 max_body_bytes: args.max_body_bytes,
                 max_live_connections: args.max_live_connections,
                 append_timeout: Duration::from_millis(args.append_timeout_ms),
+                metrics_on_main_listener: args.metrics_listen.is_none(),
             },
         ));
         let fleet = match fleet_config {

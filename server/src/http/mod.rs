@@ -30,4 +30,4 @@ pub use common::{
     ascii_header, decode_stream_name, empty, full, read_body, ApiError, ApiResult, AppState, Body,
     FleetHttp, FleetRouting, HttpConfig, LiveSlot, WRITES_IN_FLIGHT_MAX,
 };
-pub use router::{handle, parse_request, Command, ParseConfig};
+pub use router::{handle, metrics_listener, parse_request, Command, ParseConfig};

@@ -151,6 +151,54 @@ pub fn parse_request(
     ))
 }
 
+/// The exposition, as `GET /metrics` answers it.
+fn metrics_answer(state: &AppState) -> Response<Body> {
+    let mut response = Response::new(full(state.metrics.render()));
+    crate::http::common::response::set(
+        &mut response,
+        "content-type",
+        crate::http::common::metrics::CONTENT_TYPE,
+    );
+    crate::http::common::response::set(&mut response, "cache-control", "no-store");
+    response
+}
+
+/// Serves `--metrics-listen`: `GET /metrics` and `/healthz`, 404 for
+/// anything else. Runs until the process ends.
+pub async fn metrics_listener(listener: tokio::net::TcpListener, state: Arc<AppState>) {
+    loop {
+        let socket = match listener.accept().await {
+            Ok((socket, _)) => socket,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics listener: accept failed");
+                continue;
+            }
+        };
+        let state = state.clone();
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let state = state.clone();
+            async move {
+                let response = match request.uri().path() {
+                    "/metrics" => metrics_answer(&state),
+                    "/healthz" => Response::new(full("ok\n")),
+                    _ => ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+                        .into_response(),
+                };
+                Ok::<_, Infallible>(response)
+            }
+        });
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(socket);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await
+            {
+                tracing::debug!(error = %e, "metrics connection ended with an error");
+            }
+        });
+    }
+}
+
 /// The answer to `GET /`: the server's name and version, its two surfaces
 /// and where they are documented.
 fn root_description() -> Response<Body> {
@@ -252,16 +300,12 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
         Command::Preflight => Ok(preflight()),
         Command::Health => Ok(Response::new(full("ok\n"))),
         Command::Root => Ok(root_description()),
-        Command::Metrics => {
-            let mut response = Response::new(full(state.metrics.render()));
-            crate::http::common::response::set(
-                &mut response,
-                "content-type",
-                crate::http::common::metrics::CONTENT_TYPE,
-            );
-            crate::http::common::response::set(&mut response, "cache-control", "no-store");
-            Ok(response)
-        }
+        Command::Metrics if state.config.metrics_on_main_listener => Ok(metrics_answer(&state)),
+        Command::Metrics => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "metrics are served on the --metrics-listen address",
+        )),
         Command::FleetHint(hint) => fleet_http::hint(state, request.headers(), hint).await,
         Command::FleetPeer(route) => peers::handle(state, request, route).await,
         Command::Subscriptions { project, route } => {

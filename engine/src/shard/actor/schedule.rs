@@ -189,11 +189,12 @@ impl Actor {
             }
         };
         self.sealer.state.succeeded();
-        tracing::debug!(
+        tracing::info!(
             shard = %self.ctx.layout.shard(),
             version = done.manifest.value.version,
             replay_slot = done.manifest.value.replay.slot,
             chunks = done.chunks.len(),
+            duration_ms = started.map_or(0, |s| (now - s).as_millis() as u64),
             "seal landed"
         );
         self.owner.manifest = done.manifest;
@@ -295,6 +296,12 @@ impl Actor {
             }
             Ok(GcOutcome::Collected { failed, deleted }) => {
                 self.collector.collecting = false;
+                tracing::info!(
+                    shard = %self.ctx.layout.shard(),
+                    deleted,
+                    failed = failed.len(),
+                    "garbage collected"
+                );
                 self.shared
                     .gc_deleted_objects
                     .fetch_add(deleted, Ordering::Relaxed);

@@ -34,6 +34,9 @@ pub struct HttpConfig {
     /// write unanswered by then answers 503 `outcome_unknown`, a read 503
     /// `unavailable`. Live waits for new records have their own timeouts.
     pub append_timeout: Duration,
+    /// `/metrics` is answered on the main listener (not with
+    /// `--metrics-listen`, which serves it apart).
+    pub metrics_on_main_listener: bool,
 }
 
 /// Writes that may run at once. A write runs to its end even when its
