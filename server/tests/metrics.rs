@@ -216,3 +216,73 @@ async fn metrics_listen_serves_the_metrics_apart() {
         .unwrap();
     assert_eq!(other.status(), 404);
 }
+
+/// Reads of sealed data count where their chunks came from: the store the
+/// first time, the cache after.
+#[tokio::test]
+async fn chunk_cache_lookups_count_the_store_then_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path().join("data").to_str().unwrap(),
+        free_port(),
+        &[
+            "--seal-age-ms",
+            "50",
+            "--cache-dir",
+            dir.path().join("cache").to_str().unwrap(),
+        ],
+    )
+    .await;
+    let c = client();
+    let url = server.url("sealed");
+    let created = c
+        .put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let appended = c
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body("kept in a chunk")
+        .send()
+        .await
+        .unwrap();
+    assert!(appended.status().is_success());
+    let scrape = || async {
+        c.get(format!("{}/metrics", server.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let mut sealed = false;
+    for _ in 0..200 {
+        let text = scrape().await;
+        if total(&text, "strata_seals_total") >= 1.0
+            && total(&text, "strata_shard_unsealed_bytes") == 0.0
+        {
+            sealed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(sealed, "the age seal never landed");
+    for _ in 0..2 {
+        let read = c.get(format!("{url}?offset=-1")).send().await.unwrap();
+        assert_eq!(read.text().await.unwrap(), "kept in a chunk");
+    }
+    let text = scrape().await;
+    let lookups = |found: &str| {
+        value(
+            &text,
+            &format!(r#"strata_chunk_cache_lookups_total{{found="{found}"}}"#),
+        )
+        .unwrap_or_else(|| panic!("no {found} lookups: {text}"))
+    };
+    assert!(lookups("store") >= 1.0, "{text}");
+    assert!(lookups("memory") + lookups("disk") >= 1.0, "{text}");
+}

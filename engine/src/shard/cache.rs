@@ -51,6 +51,32 @@ const DECODED_BYTES_MAX: u64 = 64 << 20;
 /// it failed.
 pub(super) type ChunkFetch = Shared<BoxFuture<'static, Option<Bytes>>>;
 
+/// How readers found the chunks they asked for, since the cache was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheCounts {
+    /// Found decoded in memory.
+    pub memory_hits: u64,
+    /// Found on local disk.
+    pub disk_hits: u64,
+    /// Fetched from the store (or joined to a fetch in flight).
+    pub misses: u64,
+    /// Bytes the disk cache holds now.
+    pub used_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct CacheCountsCell {
+    pub(super) memory_hits: AtomicU64,
+    pub(super) disk_hits: AtomicU64,
+    pub(super) misses: AtomicU64,
+}
+
+impl CacheCountsCell {
+    pub(super) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// A bounded, least-recently-used cache of chunks on local disk.
 pub struct ChunkCache {
     dir: PathBuf,
@@ -59,6 +85,8 @@ pub struct ChunkCache {
     pub(super) in_flight: Mutex<HashMap<String, ChunkFetch>>,
     decoded: Mutex<DecodedChunks>,
     pub(super) read_ahead_bytes: AtomicU64,
+    /// How reads found their chunks (see [`CacheCounts`]).
+    pub(super) counts: CacheCountsCell,
     /// Woken whenever a fetch leaves `in_flight`.
     pub(super) fetch_settled: tokio::sync::Notify,
 }
@@ -86,6 +114,7 @@ impl ChunkCache {
             in_flight: Mutex::new(HashMap::new()),
             decoded: Mutex::new(DecodedChunks::default()),
             read_ahead_bytes: AtomicU64::new(0),
+            counts: CacheCountsCell::default(),
             fetch_settled: tokio::sync::Notify::new(),
         })
     }
@@ -232,6 +261,17 @@ impl ChunkCache {
                 return;
             }
             notified.await;
+        }
+    }
+
+    /// How reads found their chunks, and the bytes held.
+    pub fn counts(&self) -> CacheCounts {
+        let load = |c: &AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        CacheCounts {
+            memory_hits: load(&self.counts.memory_hits),
+            disk_hits: load(&self.counts.disk_hits),
+            misses: load(&self.counts.misses),
+            used_bytes: self.used_bytes(),
         }
     }
 

@@ -62,7 +62,7 @@ pub mod state;
 pub(crate) mod tiers;
 
 pub use api::{AppendAck, AppendKind, AppendRequest, CreateAck, ShardStatus, StreamInfo};
-pub use cache::ChunkCache;
+pub use cache::{CacheCounts, ChunkCache};
 pub use config::ShardConfig;
 pub use handle::{AppendTicket, ChangeTicket, Shard};
 pub use read::{KeySpan, ReadBatch, ReadLimits, WaitOutcome};

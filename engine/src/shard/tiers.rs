@@ -20,7 +20,7 @@ use futures::future::FutureExt;
 use object_store::ObjectStore;
 use strata_segments::segment::{decode_chunk, Chunk};
 
-use super::cache::{ChunkCache, ChunkFetch};
+use super::cache::{CacheCountsCell, ChunkCache, ChunkFetch};
 use super::chunk::SealedChunk;
 use super::ctx::ShardCtx;
 use crate::error::EngineError;
@@ -46,11 +46,13 @@ pub(crate) async fn load_chunk(
     if let Some(cache) = ctx.config.chunk_cache.as_ref() {
         let key = cache_key(&path, sealed);
         if let Some(chunk) = cache.decoded(&key) {
+            CacheCountsCell::count(&cache.counts.memory_hits);
             return Ok(chunk);
         }
         if let Some(bytes) = cache.get(&key) {
             match check(sealed, decode_chunk(&bytes)) {
                 Ok(chunk) => {
+                    CacheCountsCell::count(&cache.counts.disk_hits);
                     let chunk = Arc::new(chunk);
                     cache.remember(&key, chunk.clone(), r.length);
                     return Ok(chunk);
@@ -58,6 +60,7 @@ pub(crate) async fn load_chunk(
                 Err(_) => cache.remove(&key),
             }
         }
+        CacheCountsCell::count(&cache.counts.misses);
         if let Some(fetch) = shared_fetch(ctx, cache, sealed.clone(), key.clone(), FetchFor::Reader)
         {
             if let Some(bytes) = fetch.await {

@@ -556,6 +556,7 @@ impl Server {
                 }
             });
         }
+        let chunk_cache = config.chunk_cache.clone();
         let state = Arc::new(AppState::new(
             streams,
             subscriptions,
@@ -569,6 +570,9 @@ impl Server {
                 metrics_on_main_listener: args.metrics_listen.is_none(),
             },
         ));
+        if let Some(cache) = chunk_cache {
+            state.metrics.set_chunk_cache(cache);
+        }
         let fleet = match fleet_config {
             Some(fleet_config) => {
                 let client = crate::http::common::state::peer_client();

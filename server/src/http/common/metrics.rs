@@ -28,6 +28,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use strata_engine::shard::metrics::{HistogramSnapshot, LatencyHistogram, ShardMetricsSnapshot};
+use strata_engine::shard::ChunkCache;
 
 use crate::service::Streams;
 
@@ -154,6 +155,7 @@ struct RequestCounts {
 pub struct HttpMetrics {
     registry: Registry,
     counts: Arc<RequestCounts>,
+    chunk_cache: Arc<std::sync::OnceLock<Arc<ChunkCache>>>,
 }
 
 impl HttpMetrics {
@@ -169,7 +171,20 @@ impl HttpMetrics {
             live,
         }));
         registry.register_collector(Box::new(ShardCollector { streams }));
-        HttpMetrics { registry, counts }
+        let chunk_cache = Arc::new(std::sync::OnceLock::new());
+        registry.register_collector(Box::new(CacheCollector {
+            cache: chunk_cache.clone(),
+        }));
+        HttpMetrics {
+            registry,
+            counts,
+            chunk_cache,
+        }
+    }
+
+    /// Reports `cache` (the process's chunk cache, if it has one) from now on.
+    pub fn set_chunk_cache(&self, cache: Arc<ChunkCache>) {
+        let _ = self.chunk_cache.set(cache);
     }
 
     /// Counts a request to `surface` answered with `status` after `took`.
@@ -259,6 +274,40 @@ fn encode_histogram(
     h: &HistogramSnapshot,
 ) -> Result<(), std::fmt::Error> {
     encoder.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &h.per_bucket_seconds(), None)
+}
+
+/// The chunk cache's counts (shared by every shard of the process).
+#[derive(Debug)]
+struct CacheCollector {
+    cache: Arc<std::sync::OnceLock<Arc<ChunkCache>>>,
+}
+
+impl Collector for CacheCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(cache) = self.cache.get() else {
+            return Ok(());
+        };
+        let counts = cache.counts();
+        let mut family = encoder.encode_descriptor(
+            "chunk_cache_lookups",
+            "Sealed chunks readers asked for, by where they were found (memory, disk, store)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (found, n) in [
+            ("memory", counts.memory_hits),
+            ("disk", counts.disk_hits),
+            ("store", counts.misses),
+        ] {
+            ConstCounter::new(n).encode(family.encode_family(&[("found", found)])?)?;
+        }
+        ConstGauge::new(counts.used_bytes as i64).encode(encoder.encode_descriptor(
+            "chunk_cache_bytes",
+            "Bytes the local chunk cache holds",
+            None,
+            MetricType::Gauge,
+        )?)
+    }
 }
 
 /// Reads the engine's counts of every owned shard at scrape time.
