@@ -21,6 +21,7 @@ use strata_engine::store::{open_store, Latency, S3Options, StoreOptions};
 use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, SystemClock};
 use tokio::net::TcpListener;
 
+use super::console::console;
 use crate::service::tenancy::{Tenancy, TenancyCell, TokenRule};
 use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
@@ -407,7 +408,7 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     spawn_token_reload(args.clone(), server.state.clone())?;
     let local = server.local_addr();
     tracing::info!(%local, store = %args.store, shards = server.shards.len(), "listening");
-    super::console(format_args!(
+    console(format_args!(
         "listening on http://{local} (store {})",
         args.store
     ));
@@ -445,7 +446,7 @@ impl Server {
                     ));
                 }
                 tracing::warn!("DEVELOPMENT MODE: requests without Stream-Encryption-Key use the --dev-default-key key; never run this in production");
-                super::console("WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
+                console("WARNING: --dev-default-key is on: raw-route requests without a key all share one development key");
                 Some(
                     StreamKey::parse(text)
                         .map_err(|e| ServeError::Usage(format!("--dev-default-key: {e}")))?,
@@ -675,7 +676,7 @@ impl Server {
             shutdown.await;
             if let Some(fleet) = draining {
                 tracing::info!("draining: handing shards to other members");
-                super::console("draining: handing shards to other members");
+                console("draining: handing shards to other members");
                 fleet.drain().await;
             }
         };
@@ -709,7 +710,7 @@ impl Server {
             }
         }
         tracing::info!("shutting down: finishing requests in flight");
-        super::console("shutting down: finishing requests in flight");
+        console("shutting down: finishing requests in flight");
         drop(listener);
         // Live readers end, paced over a few seconds, and reconnect.
         state.begin_closing();
@@ -726,7 +727,7 @@ impl Server {
             fleet.stop().await;
         }
         tracing::info!("stopped");
-        super::console("stopped");
+        console("stopped");
         Ok(())
     }
 }
