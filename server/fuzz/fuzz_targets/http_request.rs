@@ -287,7 +287,12 @@ fuzz_target!(|input: Input| {
     };
     let unauthenticated = matches!(
         command,
-        Command::Preflight | Command::Health | Command::FleetHint(_) | Command::FleetPeer(_)
+        Command::Preflight
+            | Command::Health
+            | Command::Root
+            | Command::Metrics
+            | Command::FleetHint(_)
+            | Command::FleetPeer(_)
     ) || matches!(&command, Command::Subscriptions { project: None, .. });
     if !tokens.is_empty() && !unauthenticated {
         let bearer = headers
@@ -299,6 +304,14 @@ fuzz_target!(|input: Input| {
     match command {
         Command::Preflight => assert_eq!(method, Method::OPTIONS),
         Command::Health => assert_eq!(path, "/healthz"),
+        Command::Root => {
+            assert_eq!(path, "/");
+            assert!(method == Method::GET || method == Method::HEAD);
+        }
+        Command::Metrics => {
+            assert_eq!(path, "/metrics");
+            assert!(method == Method::GET || method == Method::HEAD);
+        }
         Command::Subscriptions { project, route } => {
             assert!(path.starts_with(&format!("{PREFIX}__ds/")));
             // Only a callback token's routes go without the caller's project.
