@@ -416,15 +416,17 @@ async fn put_with(server: &Server, token: &str) -> StatusCode {
         .status()
 }
 
-/// Waits (at most 10 s) until `want` holds of the server's answer to `token`.
-async fn until_answer(server: &Server, token: &str, want: impl Fn(StatusCode) -> bool) {
+/// Waits (checking every 50 ms, at most 10 s) until `holds` is true; panics
+/// naming `what` otherwise. For effects of a signal, which the server shows
+/// only in its answers and its log.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, holds: impl Fn() -> F) {
     for _ in 0..200 {
-        if want(put_with(server, token).await) {
+        if holds().await {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    panic!("token {token}: answer never changed");
+    panic!("never happened: {what}");
 }
 
 /// A short development token is accepted on a loopback address. `SIGHUP`
@@ -454,23 +456,22 @@ async fn sighup_reloads_the_tokens_file_and_a_broken_file_changes_nothing() {
         assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
     };
     hangup(&server);
-    until_answer(&server, "beta-token-00000002", |s| s.is_success()).await;
+    eventually("the added token works", || async {
+        put_with(&server, "beta-token-00000002").await.is_success()
+    })
+    .await;
     assert_eq!(put_with(&server, "devtoken").await, 401);
     assert!(put_with(&server, "alpha-token-0000001").await.is_success());
 
     std::fs::write(&tokens, "alpha has three words\n").unwrap();
     hangup(&server);
     let log = server.log_path();
-    for _ in 0..200 {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("tokens not reloaded") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(std::fs::read_to_string(&log)
-        .unwrap()
-        .contains("tokens not reloaded"));
+    eventually("the broken file is reported", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("tokens not reloaded")
+    })
+    .await;
     assert!(put_with(&server, "beta-token-00000002").await.is_success());
     assert!(put_with(&server, "alpha-token-0000001").await.is_success());
 }
@@ -520,7 +521,7 @@ async fn logs_are_plain_text_off_a_terminal_and_json_when_asked() {
 async fn a_short_token_is_refused_off_loopback() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
         .args(["serve", "--listen", &format!("0.0.0.0:{port}"), "--store"])
         .arg(dir.path())
         .args(["--auth-token", "devtoken"])
@@ -528,21 +529,15 @@ async fn a_short_token_is_refused_off_loopback() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut status = None;
-    for _ in 0..600 {
-        status = child.try_wait().unwrap();
-        if status.is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let Some(status) = status else {
-        let _ = child.kill();
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    let exited = tokio::task::spawn_blocking(move || child.wait_with_output());
+    let Ok(output) = tokio::time::timeout(std::time::Duration::from_secs(30), exited).await else {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
         panic!("the server started with a short token on 0.0.0.0");
     };
-    assert!(!status.success());
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let output = output.unwrap().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("at least 16"), "{stderr}");
 }
 

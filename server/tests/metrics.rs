@@ -22,6 +22,28 @@ fn total(exposition: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// Creates the text stream at `url`, asserting it is new.
+async fn create_text_stream(c: &reqwest::Client, url: &str) {
+    let created = c
+        .put(url)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+}
+
+/// The server's exposition now.
+async fn scrape(c: &reqwest::Client, base: &str) -> String {
+    c.get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn metrics_count_requests_and_wal_puts_and_name_no_stream() {
     let dir = tempfile::tempdir().unwrap();
@@ -29,13 +51,7 @@ async fn metrics_count_requests_and_wal_puts_and_name_no_stream() {
     let c = client();
     let name = "a-stream-name-that-must-not-be-a-label";
     let url = server.url(name);
-    let created = c
-        .put(&url)
-        .header("content-type", "text/plain")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
+    create_text_stream(&c, &url).await;
     for i in 0..5 {
         let r = c
             .post(&url)
@@ -133,21 +149,8 @@ async fn the_dashboard_names_only_exported_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path().to_str().unwrap(), free_port(), &[]).await;
     let c = client();
-    let created = c
-        .put(server.url("d"))
-        .header("content-type", "text/plain")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    let text = c
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    create_text_stream(&c, &server.url("d")).await;
+    let text = scrape(&c, &server.base).await;
     let exported: std::collections::BTreeSet<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -181,13 +184,7 @@ async fn metrics_listen_serves_the_metrics_apart() {
     )
     .await;
     let c = client();
-    let created = c
-        .put(server.url("m"))
-        .header("content-type", "text/plain")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
+    create_text_stream(&c, &server.url("m")).await;
     let main = c
         .get(format!("{}/metrics", server.base))
         .send()
@@ -218,30 +215,18 @@ async fn metrics_listen_serves_the_metrics_apart() {
 }
 
 /// Reads of sealed data count where their chunks came from: the store the
-/// first time, the cache after.
+/// first time, the cache after. A clean stop seals everything, so the
+/// restarted server holds the record in a chunk only.
 #[tokio::test]
 async fn chunk_cache_lookups_count_the_store_then_the_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        dir.path().join("data").to_str().unwrap(),
-        free_port(),
-        &[
-            "--seal-age-ms",
-            "50",
-            "--cache-dir",
-            dir.path().join("cache").to_str().unwrap(),
-        ],
-    )
-    .await;
+    let store = dir.path().join("data");
+    let cache = dir.path().join("cache");
+    let args = ["--cache-dir", cache.to_str().unwrap()];
+    let mut first = Server::start(store.to_str().unwrap(), free_port(), &args).await;
     let c = client();
-    let url = server.url("sealed");
-    let created = c
-        .put(&url)
-        .header("content-type", "text/plain")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), 201);
+    let url = first.url("sealed");
+    create_text_stream(&c, &url).await;
     let appended = c
         .post(&url)
         .header("content-type", "text/plain")
@@ -250,32 +235,27 @@ async fn chunk_cache_lookups_count_the_store_then_the_cache() {
         .await
         .unwrap();
     assert!(appended.status().is_success());
-    let scrape = || async {
-        c.get(format!("{}/metrics", server.base))
+    let pid = libc::pid_t::try_from(first.child.id()).unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert!(first.child.wait().unwrap().success());
+    drop(first);
+
+    let server = Server::start(store.to_str().unwrap(), free_port(), &args).await;
+    let before = scrape(&c, &server.base).await;
+    assert_eq!(
+        total(&before, "strata_shard_unsealed_bytes"),
+        0.0,
+        "{before}"
+    );
+    for _ in 0..2 {
+        let read = c
+            .get(format!("{}?offset=-1", server.url("sealed")))
             .send()
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
-    let mut sealed = false;
-    for _ in 0..200 {
-        let text = scrape().await;
-        if total(&text, "strata_seals_total") >= 1.0
-            && total(&text, "strata_shard_unsealed_bytes") == 0.0
-        {
-            sealed = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(sealed, "the age seal never landed");
-    for _ in 0..2 {
-        let read = c.get(format!("{url}?offset=-1")).send().await.unwrap();
+            .unwrap();
         assert_eq!(read.text().await.unwrap(), "kept in a chunk");
     }
-    let text = scrape().await;
+    let text = scrape(&c, &server.base).await;
     let lookups = |found: &str| {
         value(
             &text,

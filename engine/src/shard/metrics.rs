@@ -7,7 +7,7 @@
 //! Counters only grow for the life of the process (a reopen keeps them);
 //! gauges (queue depth, PUTs in flight, unsealed bytes) are read at snapshot
 //! time. Latencies go into fixed buckets ([`LATENCY_BOUNDS_MS`]), the same
-//! for every histogram, so they can be summed across shards.
+//! for every shard, so a dashboard can sum them across shards.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -94,16 +94,6 @@ impl Default for HistogramSnapshot {
 }
 
 impl HistogramSnapshot {
-    /// Adds `other`'s observations (same bounds; for totals across shards).
-    pub fn merge(&mut self, other: &HistogramSnapshot) {
-        debug_assert_eq!(self.bounds_ms, other.bounds_ms);
-        for (mine, theirs) in self.cumulative.iter_mut().zip(&other.cumulative) {
-            *mine += theirs;
-        }
-        self.count += other.count;
-        self.sum_seconds += other.sum_seconds;
-    }
-
     /// Per bucket as exposition formats take them: (upper bound in seconds,
     /// observations in that bucket alone), the last bound `f64::MAX`.
     pub fn per_bucket_seconds(&self) -> Vec<(f64, u64)> {
@@ -218,9 +208,6 @@ mod tests {
             "20 s is over every bound"
         );
         assert!((s.sum_seconds - 20.034).abs() < 1e-9);
-        let mut total = s.clone();
-        total.merge(&s);
-        assert_eq!((total.count, total.cumulative[0]), (10, 4));
         let per_bucket = s.per_bucket_seconds();
         assert_eq!(per_bucket.len(), LATENCY_BOUNDS_MS.len() + 1);
         assert_eq!(per_bucket.iter().map(|(_, n)| n).sum::<u64>(), 5);

@@ -20,8 +20,8 @@
 //! of any configured token.
 //!
 //! A table is built whole and swapped whole ([`TenancyCell`]): `SIGHUP`
-//! re-reads the configuration, and a request sees either the old table or
-//! the new one, never a mix.
+//! re-reads the configuration, and a request's parse sees either the old
+//! table or the new one, never a mix.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,7 +86,6 @@ pub enum TokenRule {
 type TokenDigest = [u8; 32];
 
 /// Who may call the API, and as which project.
-#[derive(Clone)]
 pub struct Tenancy {
     rule: TokenRule,
     digest_key: [u8; 32],
@@ -238,30 +237,25 @@ impl Tenancy {
 /// The table requests read, replaced whole by a reload.
 #[derive(Debug, Default)]
 pub struct TenancyCell {
-    current: RwLock<Arc<Tenancy>>,
+    current: RwLock<Tenancy>,
 }
 
 impl TenancyCell {
     pub fn new(tenancy: Tenancy) -> Self {
         TenancyCell {
-            current: RwLock::new(Arc::new(tenancy)),
+            current: RwLock::new(tenancy),
         }
     }
 
-    /// The table as it is now (a holder keeps it to its end).
-    pub fn current(&self) -> Arc<Tenancy> {
-        self.current.read().clone()
-    }
-
-    /// Runs `f` on the table as it is now, under the read lock (no reference
-    /// count changes hands: the request path's way).
+    /// Runs `f` on the table as it is now, under the read lock (held only
+    /// for `f`: a request parses its headers in it, without awaiting).
     pub fn with_current<R>(&self, f: impl FnOnce(&Tenancy) -> R) -> R {
         f(&self.current.read())
     }
 
     /// Puts `tenancy` in place for every later request.
     pub fn replace(&self, tenancy: Tenancy) {
-        *self.current.write() = Arc::new(tenancy);
+        *self.current.write() = tenancy;
     }
 }
 
@@ -352,23 +346,14 @@ mod tests {
         let mut first = Tenancy::open();
         first.add("alpha", "aaaaaaaaaaaaaaaa1").unwrap();
         let cell = TenancyCell::new(first);
-        let held = cell.current();
+        let project = |token: &str| {
+            cell.with_current(|t| t.project_of(Some(&bearer(token))).map(str::to_string))
+        };
+        assert_eq!(project("aaaaaaaaaaaaaaaa1").as_deref(), Ok("alpha"));
         let mut second = Tenancy::open();
         second.add("beta", "bbbbbbbbbbbbbbbb2").unwrap();
         cell.replace(second);
-        let now = cell.current();
-        assert_eq!(
-            now.project_of(Some(&bearer("aaaaaaaaaaaaaaaa1"))),
-            Err(Unauthorized)
-        );
-        assert_eq!(
-            now.project_of(Some(&bearer("bbbbbbbbbbbbbbbb2"))),
-            Ok("beta")
-        );
-        // A request that took the old table keeps it to its end.
-        assert_eq!(
-            held.project_of(Some(&bearer("aaaaaaaaaaaaaaaa1"))),
-            Ok("alpha")
-        );
+        assert_eq!(project("aaaaaaaaaaaaaaaa1"), Err(Unauthorized));
+        assert_eq!(project("bbbbbbbbbbbbbbbb2").as_deref(), Ok("beta"));
     }
 }
