@@ -8,28 +8,38 @@
 
 mod common;
 
-use common::fleet::{settled, Fleet, MEMBERS};
+use common::fleet::{agreed_owner, settled, Fleet, MEMBERS};
 use common::product::{Answer, Api, JSON_DOC};
 use common::DEV_KEY;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// The member serving `name` (from the `Streams-Replay-To` answers).
-async fn owner_of(fleet: &Fleet, apis: &[Api], name: &str) -> usize {
-    for (i, api) in apis.iter().enumerate() {
-        let answer = settled(|| api.keyless(Method::GET, &api.url(name))).await;
-        assert_eq!(answer.status, 200, "{}", answer.text());
-        if let Some(owner) = answer.header("streams-replay-to") {
-            return (0..MEMBERS)
-                .find(|m| fleet.base(*m) == owner)
-                .expect("a member's URL");
+/// Creates `jobs` and dead-letter candidates until one lives on another
+/// member than `jobs`: answers `jobs`' owner and that candidate. Placement
+/// is random per fleet (instance ids are), and one member may own every
+/// shard; then that member is restarted under a new id (bounded rounds).
+async fn split_pair(fleet: &mut Fleet, apis: &[Api]) -> (usize, String) {
+    let create = |name: String| {
+        let api = apis[0].clone();
+        async move {
+            let created = settled(|| api.request(Method::PUT, &name).body(JSON_DOC)).await;
+            assert!(matches!(created.status, 200 | 201), "{}", created.text());
         }
-        if i == MEMBERS - 1 {
-            break;
+    };
+    create("jobs".to_string()).await;
+    for round in 0..5 {
+        let owner = agreed_owner(fleet, apis, "jobs").await;
+        for candidate in 0..16 {
+            let name = format!("dlq-{round}-{candidate}");
+            create(name.clone()).await;
+            if agreed_owner(fleet, apis, &name).await != owner {
+                return (owner, name);
+            }
         }
+        fleet.kill_9(owner);
+        fleet.restart(owner).await;
     }
-    // Every member answered without naming another: the last asked serves it.
-    MEMBERS - 1
+    panic!("every candidate stream lived on the owner of jobs");
 }
 
 fn body(value: Value) -> String {
@@ -48,20 +58,9 @@ async fn consumers_work_through_any_member_and_survive_the_owners_death() {
     let apis: Vec<Api> = (0..MEMBERS)
         .map(|i| Api::at(&fleet.base(i), None, DEV_KEY).fresh_connections())
         .collect();
-    for name in ["jobs", "dlq-a", "dlq-b", "dlq-c", "dlq-d", "dlq-e"] {
-        let created = settled(|| apis[0].request(Method::PUT, name).body(JSON_DOC)).await;
-        assert!(matches!(created.status, 200 | 201), "{}", created.text());
-    }
-    let owner = owner_of(&fleet, &apis, "jobs").await;
+    let (owner, dlq) = split_pair(&mut fleet, &apis).await;
     let via = (owner + 1) % MEMBERS;
-    let mut dlq = None;
-    for name in ["dlq-a", "dlq-b", "dlq-c", "dlq-d", "dlq-e"] {
-        if owner_of(&fleet, &apis, name).await != owner {
-            dlq = Some(name);
-            break;
-        }
-    }
-    let dlq = dlq.expect("with six shards over three members, some stream lives elsewhere");
+    let dlq = dlq.as_str();
 
     let api = &apis[via];
     let configure = |consumer: &str, doc: String| {

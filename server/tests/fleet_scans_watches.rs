@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::fleet::{settled, Fleet, MEMBERS};
+use common::fleet::{agreed_owner, settled, Fleet, MEMBERS};
 use common::product::{epoch_of, Answer, Api, QueryPairs};
 use common::DEV_KEY;
 use reqwest::Method;
@@ -40,18 +40,8 @@ async fn scans_and_observations_are_served_through_any_member() {
     );
     let meta = created.json();
     // A member the collection's owner is not: its answers name the owner.
-    let mut forwarder = None;
-    for (i, api) in apis.iter().enumerate() {
-        let answer = settled(|| api.keyless(Method::GET, &api.url("orders"))).await;
-        assert_eq!(answer.status, 200, "{}", answer.text());
-        if answer
-            .header("streams-replay-to")
-            .is_some_and(|owner| owner != fleet.base(i))
-        {
-            forwarder = Some(i);
-        }
-    }
-    let via = forwarder.expect("with three members, some member forwards");
+    let owner = agreed_owner(&fleet, &apis, "orders").await;
+    let via = (owner + 1) % MEMBERS;
     let other = (via + 1) % MEMBERS;
 
     // Observation through the forwarder, appends through another member.

@@ -116,6 +116,30 @@ pub async fn settled(make: impl Fn() -> reqwest::RequestBuilder) -> super::produ
     panic!("no member answered");
 }
 
+/// The member serving collection `name`, once every member agrees: the
+/// owner answers without `Streams-Replay-To` and every other member names it.
+/// A fleet that has just started (or lost a member) disagrees until each
+/// member has seen the same heartbeats, so this asks again (bounded).
+pub async fn agreed_owner(fleet: &Fleet, apis: &[super::product::Api], name: &str) -> usize {
+    for _ in 0..300 {
+        let mut named = Vec::with_capacity(apis.len());
+        for api in apis {
+            let answer = settled(|| api.keyless(reqwest::Method::GET, &api.url(name))).await;
+            assert_eq!(answer.status, 200, "{}", answer.text());
+            named.push(answer.header("streams-replay-to").map(str::to_string));
+        }
+        let serving: Vec<usize> = (0..apis.len()).filter(|i| named[*i].is_none()).collect();
+        if let [owner] = serving[..] {
+            let base = fleet.base(owner);
+            if named.iter().flatten().all(|n| *n == base) {
+                return owner;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the members never agreed on who serves {name}");
+}
+
 pub async fn create(client: &reqwest::Client, bases: &[String], stream: &str) {
     create_with(client, bases, stream, &[]).await
 }
