@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{client, free_port, Server, DEV_KEY};
+use common::{client, eventually, free_port, hangup, Server, DEV_KEY};
 use reqwest::{Method, StatusCode};
 
 const OTHER_KEY: &str = "b3RoZXIta2V5LW9mLXRoaXJ0eS10d28tYnl0ZXMhISE";
@@ -416,19 +416,6 @@ async fn put_with(server: &Server, token: &str) -> StatusCode {
         .status()
 }
 
-/// Waits (checking every 50 ms, at most 10 s) until `holds` is true; panics
-/// naming `what` otherwise. For effects of a signal, which the server shows
-/// only in its answers and its log.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, holds: impl Fn() -> F) {
-    for _ in 0..200 {
-        if holds().await {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("never happened: {what}");
-}
-
 /// A short development token is accepted on a loopback address. `SIGHUP`
 /// re-reads the tokens file: a removed token stops working, an added one
 /// starts, and a file that does not parse leaves the tokens in force.
@@ -451,10 +438,6 @@ async fn sighup_reloads_the_tokens_file_and_a_broken_file_changes_nothing() {
         "alpha alpha-token-0000001\nbeta beta-token-00000002\n",
     )
     .unwrap();
-    let hangup = |server: &Server| {
-        let pid = libc::pid_t::try_from(server.child.id()).unwrap();
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    };
     hangup(&server);
     eventually("the added token works", || async {
         put_with(&server, "beta-token-00000002").await.is_success()

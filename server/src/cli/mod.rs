@@ -16,6 +16,7 @@ pub mod console;
 pub mod fleet;
 pub mod keys;
 pub mod ops;
+pub mod reload;
 pub mod serve;
 
 #[derive(Parser)]

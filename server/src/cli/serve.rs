@@ -22,7 +22,7 @@ use strata_engine::{EngineEnv, InstanceId, OsEntropy, Shard, ShardConfig, System
 use tokio::net::TcpListener;
 
 use super::console::console;
-use crate::service::tenancy::{Tenancy, TenancyCell, TokenRule};
+use crate::service::tenancy::TenancyCell;
 use strata_manifest::RetryPolicy;
 use strata_segments::StreamKey;
 
@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// A file of `PROJECT TOKEN` lines (`#` starts a comment).
     #[arg(long, env = "STRATA_TOKENS_FILE")]
     pub tokens_file: Option<std::path::PathBuf>,
+    /// Per-project limits, a JSON file (RUNBOOK "Per-project limits"):
+    /// `{"default": {…}, "projects": {"name": {…}}}`. `SIGHUP` re-reads it.
+    #[arg(long, env = "STRATA_LIMITS_FILE")]
+    pub limits_file: Option<std::path::PathBuf>,
     /// Serve `GET /metrics` (and `/healthz`) on this address only, instead
     /// of on `--listen` (where `/metrics` then answers 404).
     #[arg(long)]
@@ -285,6 +289,24 @@ impl S3Args {
     }
 }
 
+impl ServeArgs {
+    /// What `SIGHUP` reads again.
+    fn config_files(&self) -> super::reload::ConfigFiles {
+        super::reload::ConfigFiles {
+            listen: self.listen,
+            auth_tokens: self.auth_tokens.clone(),
+            project_tokens: self.project_tokens.clone(),
+            tokens_file: self.tokens_file.clone(),
+            limits_file: self.limits_file.clone(),
+        }
+    }
+}
+
+/// A configuration error as a usage error.
+fn usage(e: super::reload::ConfigError) -> ServeError {
+    ServeError::Usage(e.to_string())
+}
+
 pub fn run(args: ServeArgs) -> Result<(), ServeError> {
     let runtime = match args.runtime {
         RuntimeFlavor::Current => tokio::runtime::Builder::new_current_thread()
@@ -304,70 +326,6 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
     }
     .map_err(|e| ServeError::Usage(e.to_string()))?;
     runtime.block_on(serve(args))
-}
-
-/// The tokens of `--auth-token`, `--project-token` and `--tokens-file`.
-/// Tokens shorter than 16 characters are accepted only when the server
-/// listens on a loopback address (with a warning).
-fn tenancy(args: &ServeArgs) -> Result<Tenancy, ServeError> {
-    let rule = if args.listen.ip().is_loopback() {
-        TokenRule::Loopback
-    } else {
-        TokenRule::Strict
-    };
-    let mut digest_key = [0; 32];
-    digest_key[..16].copy_from_slice(&strata_engine::Entropy::bytes16(&OsEntropy));
-    digest_key[16..].copy_from_slice(&strata_engine::Entropy::bytes16(&OsEntropy));
-    let mut tenancy = Tenancy::new(rule, digest_key);
-    let usage = |e: crate::service::tenancy::TenancyError| ServeError::Usage(e.to_string());
-    for token in &args.auth_tokens {
-        tenancy
-            .add(crate::service::DEFAULT_PROJECT, token)
-            .map_err(usage)?;
-    }
-    for pair in &args.project_tokens {
-        tenancy.add_pair(pair).map_err(usage)?;
-    }
-    if let Some(path) = &args.tokens_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ServeError::Usage(format!("--tokens-file {}: {e}", path.display())))?;
-        tenancy
-            .add_file_text(&path.display().to_string(), &text)
-            .map_err(usage)?;
-    }
-    if tenancy.short_tokens() > 0 {
-        tracing::warn!(
-            short_tokens = tenancy.short_tokens(),
-            listen = %args.listen,
-            "tokens shorter than 16 characters are accepted because the server listens on a loopback address only; they would be refused on any other"
-        );
-    }
-    Ok(tenancy)
-}
-
-/// On `SIGHUP`, builds the token table again from the same flags and the
-/// tokens file as it is now, and puts it in place; a table that does not
-/// build leaves the one in place (and says why).
-#[cfg(unix)]
-fn spawn_token_reload(args: ServeArgs, state: Arc<AppState>) -> Result<(), ServeError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hangups = signal(SignalKind::hangup())
-        .map_err(|e| ServeError::Usage(format!("cannot watch for SIGHUP: {e}")))?;
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            match tenancy(&args) {
-                Ok(table) => {
-                    let tokens = table.len();
-                    state.config.tenancy.replace(table);
-                    tracing::info!(tokens, "SIGHUP: tokens reloaded");
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: tokens not reloaded; the previous ones stay in force")
-                }
-            }
-        }
-    });
-    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> Result<(), ServeError> {
@@ -405,7 +363,7 @@ async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         ));
     }
     #[cfg(unix)]
-    spawn_token_reload(args.clone(), server.state.clone())?;
+    super::reload::spawn_reload(args.config_files(), server.state.clone()).map_err(usage)?;
     let local = server.local_addr();
     tracing::info!(%local, store = %args.store, shards = server.shards.len(), "listening");
     console(format_args!(
@@ -454,7 +412,9 @@ impl Server {
             }
             None => None,
         };
-        let tenancy = tenancy(args)?;
+        let files = args.config_files();
+        let tenancy = super::reload::tenancy(&files).map_err(usage)?;
+        let limits = super::reload::limits(&files).map_err(usage)?;
         let local = listener.local_addr().map_err(|source| ServeError::Listen {
             addr: args.listen,
             source,
@@ -522,6 +482,7 @@ impl Server {
                 ..StreamsConfig::default()
             },
         ));
+        streams.admission().replace(limits);
         let signer = Signer::load(&store, || streams.random_bytes16())
             .await
             .map_err(|e| ServeError::Usage(e.to_string()))?;

@@ -50,6 +50,7 @@ impl Streams {
             return Err(ServiceError::RetainedForForks);
         }
         let incarnation = current.as_ref().map_or(1, |c| c.value.incarnation + 1);
+        self.admit_collection(project).await?;
 
         // Resolve a fork before anything is written.
         let fork = match &spec.fork {

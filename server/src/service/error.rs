@@ -50,6 +50,9 @@ pub enum ServiceError {
     /// was applied.
     #[error("the stream's shard is moving between instances; retry shortly")]
     Moving,
+    /// A project limit refused the request; nothing was applied.
+    #[error("the project's {} limit ({}) is reached; retry in {} ms", .0.kind.name(), .0.limit, .0.retry_after_ms)]
+    Limited(super::admission::Refusal),
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -47,6 +47,25 @@ impl Streams {
             .map_err(|e| ServiceError::Unavailable(format!("reading the catalog: {e}")))
     }
 
+    /// Refuses a new collection of `project` when it has as many as its
+    /// limit allows (counted from its catalog: one GET per bucket, only when
+    /// a limit is set). Creates on several servers at once may each see
+    /// the count before the others' entries: the limit can be passed by at
+    /// most the number of creates in flight.
+    pub(super) async fn admit_collection(&self, project: &str) -> Result<(), ServiceError> {
+        if self.admission.limits_of(project).collections.is_none() {
+            return Ok(());
+        }
+        let existing = self
+            .catalog
+            .all(project)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("reading the catalog: {e}")))?;
+        self.admission
+            .admit_collection(project, existing.len() as u64)
+            .map_err(ServiceError::Limited)
+    }
+
     /// Names of the live streams of a project.
     pub async fn live_names(&self, project: &str) -> Result<Vec<String>, ServiceError> {
         Ok(self.registry.names(project).await?)

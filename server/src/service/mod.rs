@@ -16,8 +16,11 @@
 //!   `topology` (the shard count), `names` (every server object's name);
 //! * `product` — the product surface's configuration and cursors;
 //! * `model`, `error`, `deadline`, `media`, `limits` — the values the
-//!   operations take and answer.
+//!   operations take and answer;
+//! * `admission` — per-project limits (rates, live readers, collections,
+//!   stored bytes) and the state they are judged on.
 
+pub mod admission;
 pub mod catalog;
 pub mod fleet;
 pub mod names;

@@ -56,6 +56,8 @@ pub struct Streams {
     pub(super) watch_journals: Arc<super::watches::WatchJournals>,
     /// Consumer groups of the streams served here (see `consumers`).
     pub(super) live_consumers: super::consumer_live::LiveConsumers,
+    /// Per-project limits and their state (see `admission`).
+    pub(super) admission: Arc<super::admission::Admission>,
 }
 
 impl Streams {
@@ -96,7 +98,35 @@ impl Streams {
             appends_acknowledged: Default::default(),
             watch_journals: Default::default(),
             live_consumers: Default::default(),
+            admission: Arc::new(super::admission::Admission::new(
+                super::admission::LimitsTable::unlimited(),
+            )),
         }
+    }
+
+    /// The per-project limits in force (`--limits-file`; `SIGHUP` replaces
+    /// them through [`super::admission::Admission::replace`]).
+    pub fn admission(&self) -> &Arc<super::admission::Admission> {
+        &self.admission
+    }
+
+    /// Admits a client's append of `body_bytes` against its project's rate
+    /// limits, before anything is parsed or queued. The server's own appends
+    /// (dead letters, subscription wakes) are not charged.
+    pub fn admit_append(&self, project: &str, body_bytes: usize) -> Result<(), ServiceError> {
+        self.admission
+            .admit_append(project, body_bytes as u64, self.now_ms())
+            .map_err(ServiceError::Limited)
+    }
+
+    /// A live reader's place in its project's budget (held until dropped).
+    pub fn admit_live_reader(
+        &self,
+        project: &str,
+    ) -> Result<super::admission::ReaderPermit, ServiceError> {
+        self.admission
+            .live_reader(project)
+            .map_err(ServiceError::Limited)
     }
 
     /// Where each shard is served.

@@ -141,3 +141,23 @@ pub fn run_in_process(server: strata_server::cli::serve::Server) -> Running {
     });
     Running { stop, task }
 }
+
+/// Waits (checking every 50 ms, at most 10 s) until `holds` is true; panics
+/// naming `what` otherwise. For effects the server shows only in its
+/// answers and its log (a signal's, say).
+pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, holds: impl Fn() -> F) {
+    for _ in 0..200 {
+        if holds().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+/// Sends `SIGHUP` to a server (it reloads its tokens and limits files).
+pub fn hangup(server: &Server) {
+    let pid = libc::pid_t::try_from(server.child.id()).expect("a pid");
+    // SAFETY: signalling a child process the test owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+}

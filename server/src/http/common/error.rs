@@ -15,6 +15,7 @@ use super::response::{full, Body};
 /// The header that names the instance serving a stream (a client may send
 /// its next requests there).
 pub const REPLAY_TO: &str = "streams-replay-to";
+use crate::service::admission::LimitKind;
 use crate::service::ServiceError;
 
 /// An error answer: status, stable code, message, and extra headers.
@@ -108,7 +109,7 @@ impl ApiError {
             ServiceError::ProducerStale { .. } | ServiceError::WrongKey => StatusCode::FORBIDDEN,
             ServiceError::ProducerEpochSeq | ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServiceError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ServiceError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
+            ServiceError::Overloaded | ServiceError::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
             ServiceError::Unavailable(_)
             | ServiceError::OutcomeUnknown(_)
             | ServiceError::NotOwner { .. }
@@ -126,11 +127,30 @@ impl ApiError {
         if let ServiceError::NotOwner { owner } = e {
             error = error.header(REPLAY_TO, owner);
         }
-        match status {
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+        match (status, e) {
+            (_, ServiceError::Limited(refusal)) => error.header(
+                "retry-after",
+                retry_after_s(refusal.retry_after_ms).to_string(),
+            ),
+            (StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE, _) => {
                 error.header("retry-after", "1")
             }
             _ => error,
         }
+    }
+}
+
+/// `Retry-After` (whole seconds, at least 1) for a wait of `ms`.
+pub fn retry_after_s(ms: u64) -> u64 {
+    ms.div_ceil(1000).max(1)
+}
+
+/// The code of a project-limit refusal, the same on both surfaces.
+pub fn limit_code(kind: LimitKind) -> &'static str {
+    match kind {
+        LimitKind::AppendRequests | LimitKind::AppendBytes => "rate_limited",
+        LimitKind::LiveReaders => "project_concurrency_limit",
+        LimitKind::Collections => "stream_limit",
+        LimitKind::StoredBytes => "stored_bytes_limit",
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::error::ApiError;
+use crate::service::admission::ReaderPermit;
 use crate::service::subscriptions::Subscriptions;
 use crate::service::tenancy::TenancyCell;
 use crate::service::{ServiceError, Streams};
@@ -101,10 +102,18 @@ pub const LIVE_CLOSE_SPREAD: Duration = Duration::from_secs(2);
 const LIVE_CLOSE_STEPS: u64 = 20;
 
 /// A held slot of the live-connection budget, with its ticket (its place in
-/// the paced closing at shutdown).
-pub struct LiveSlot(Arc<AppState>, u64);
+/// the paced closing at shutdown) and, for a reader this server serves, its
+/// place in its project's live-reader budget.
+pub struct LiveSlot(Arc<AppState>, u64, Option<ReaderPermit>);
 
 impl LiveSlot {
+    /// The same slot, also holding `permit` (a place in the budget of the
+    /// reader's project) until it ends.
+    pub fn with_project(mut self, permit: ReaderPermit) -> Self {
+        self.2 = Some(permit);
+        self
+    }
+
     /// Completes when this live reader is to end: the server is closing and
     /// this reader's turn in the pace has come.
     pub async fn closed(&self) {
@@ -212,7 +221,7 @@ impl AppState {
             )
             .header("retry-after", "5"));
         }
-        Ok(LiveSlot(self.clone(), self.live_ticket()))
+        Ok(LiveSlot(self.clone(), self.live_ticket(), None))
     }
 
     /// Ends every live reader (SSE, long-poll, forwarded live answers), each

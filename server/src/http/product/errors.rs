@@ -8,6 +8,7 @@
 use http::StatusCode;
 use serde_json::json;
 
+use super::super::common::error::limit_code;
 use super::super::common::ApiError;
 use crate::service::ServiceError;
 
@@ -51,6 +52,7 @@ pub fn service_error(e: ServiceError) -> ApiError {
         ServiceError::BadRequest(_) => "invalid_body",
         ServiceError::TooLarge { .. } => "body_too_large",
         ServiceError::Overloaded => "rate_limited",
+        ServiceError::Limited(refusal) => limit_code(refusal.kind),
         ServiceError::Unavailable(_) => "unavailable",
         ServiceError::OutcomeUnknown(_) => "outcome_unknown",
         ServiceError::NotOwner { .. } => "not_stream_owner",
@@ -65,6 +67,13 @@ pub fn service_error(e: ServiceError) -> ApiError {
         }
         ServiceError::ProducerGap { expected, received } => {
             error = error.details(json!({ "expected": expected, "received": received }))
+        }
+        ServiceError::Limited(refusal) => {
+            error = error.details(json!({
+                "limit": refusal.kind.name(),
+                "value": refusal.limit,
+                "retryAfterMs": refusal.retry_after_ms,
+            }))
         }
         _ => {}
     }

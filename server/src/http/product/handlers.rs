@@ -324,6 +324,9 @@ async fn append(
     let routing_key = call.routing_key?;
     let producer = call.producer?;
     let body = read_body(body, state.config.max_body_bytes).await?;
+    streams
+        .admit_append(project, body.len())
+        .map_err(service_error)?;
     let records = if !json_stream {
         if body.is_empty() {
             return Err(bad("empty_body", "a record needs a body"));
@@ -419,6 +422,9 @@ async fn seal(
     let key = key?;
     let producer = producer?;
     let body = read_body(body, state.config.max_body_bytes).await?;
+    streams
+        .admit_append(project, body.len())
+        .map_err(service_error)?;
     let parsed = seal_body(&body)?;
     let Some(final_record) = parsed.final_record else {
         // Seal only: idempotent, no key needed.
@@ -599,7 +605,12 @@ async fn long_poll(
     first: ReadOutcome,
     wait: Duration,
 ) -> ApiResult {
-    let _slot = state.live_slot(LIVE_CAPACITY_CODE)?;
+    let _slot = state.live_slot(LIVE_CAPACITY_CODE)?.with_project(
+        state
+            .streams
+            .admit_live_reader(&call.project)
+            .map_err(service_error)?,
+    );
     let outcome = live::long_poll(state, call, first, Pace::product(wait)).await?;
     let scope = call.scope(epoch);
     if !outcome.records.is_empty() {
@@ -672,7 +683,12 @@ async fn sse(
     first: ReadOutcome,
     wait: Duration,
 ) -> ApiResult {
-    let slot = state.live_slot(LIVE_CAPACITY_CODE)?;
+    let slot = state.live_slot(LIVE_CAPACITY_CODE)?.with_project(
+        state
+            .streams
+            .admit_live_reader(&call.project)
+            .map_err(service_error)?,
+    );
     let framing = ProductFraming {
         call: call.clone(),
         epoch,

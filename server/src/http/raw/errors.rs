@@ -3,6 +3,7 @@
 //! them (the status comes from [`ApiError::from_service`], one table for both
 //! surfaces), and the raw name for a spent live-connection budget.
 
+use super::super::common::error::limit_code;
 use super::super::common::ApiError;
 use crate::service::ServiceError;
 
@@ -26,6 +27,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::BadRequest(_) => "bad_request",
             ServiceError::TooLarge { .. } => "record_too_large",
             ServiceError::Overloaded => "overloaded",
+            ServiceError::Limited(refusal) => limit_code(refusal.kind),
             ServiceError::Unavailable(_) => "unavailable",
             ServiceError::OutcomeUnknown(_) => "outcome_unknown",
             ServiceError::NotOwner { .. } => "not_stream_owner",

@@ -133,6 +133,7 @@ async fn append(
     request: AppendRequest,
 ) -> ApiResult {
     let body = read_body(body, state.config.max_body_bytes).await?;
+    state.streams.admit_append(project, body.len())?;
     let spec = request.spec(body)?;
     let producer = spec.producer.clone();
     let has_body = !spec.body.is_empty();
@@ -306,7 +307,9 @@ async fn long_poll(
     cursor: Option<u64>,
     key: StreamKey,
 ) -> ApiResult {
-    let _slot = state.live_slot(LIVE_CAPACITY_CODE)?;
+    let _slot = state
+        .live_slot(LIVE_CAPACITY_CODE)?
+        .with_project(state.streams.admit_live_reader(project)?);
     // The reads are bounded by the store deadline; the wait for new records
     // in between (in memory) by the long-poll timeout (and, should its
     // lookup need the store, by both).
@@ -443,7 +446,9 @@ async fn sse(
     cursor: Option<u64>,
     key: StreamKey,
 ) -> ApiResult {
-    let slot = state.live_slot(LIVE_CAPACITY_CODE)?;
+    let slot = state
+        .live_slot(LIVE_CAPACITY_CODE)?
+        .with_project(state.streams.admit_live_reader(project)?);
     let reader = RawReader {
         project: project.to_string(),
         name,
