@@ -1,5 +1,6 @@
-//! Index runs (format version 2; version 1 is still read): immutable objects holding a shard's sealed
-//! state, sorted by stream. `docs/FORMATS.md` ("Index runs") is the prose twin.
+//! Index runs (format version 3; versions 1 and 2 are still read): immutable
+//! objects holding a shard's sealed state, sorted by stream. `docs/FORMATS.md`
+//! ("Index runs") is the prose twin.
 //!
 //! A run is written by a seal (or by merging runs) and listed by the manifest.
 //! Each entry names a stream incarnation, its tail state after the run, and the
@@ -23,6 +24,9 @@
 //!   stream seq: present u8 · length u16 · bytes
 //!   producer count u32 · producers × (id length u16 · id · epoch u64 · seq u64 ·
 //!                                     first offset u64 · next offset u64 · digest [16])
+//!   usage (version 3 only; older runs read as none):
+//!     account length u16 · account (0..=64 bytes) · reads u64 · read bytes u64 ·
+//!     last read ms u64 (u64::MAX: none)
 //! CRC-32C of every preceding byte, u32
 //! ```
 
@@ -30,9 +34,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 use strata_codec::{ReadBytes, ReadError};
 
 pub const MAGIC: [u8; 8] = *b"STRATAIX";
-pub const FORMAT_VERSION: u16 = 2;
-/// The older version the decoder still reads (no consumer tables).
+pub const FORMAT_VERSION: u16 = 3;
+/// The oldest version the decoder still reads (no consumer tables, no usage).
 pub const FORMAT_VERSION_V1: u16 = 1;
+/// The version before usage (consumer tables, no usage).
+pub const FORMAT_VERSION_V2: u16 = 2;
+/// Longest account name.
+pub const ACCOUNT_BYTES_MAX: usize = 64;
 /// Largest consumer table of one stream in a run.
 pub const CONSUMERS_BYTES_MAX: usize = 256 << 20;
 pub const RUN_BYTES_MAX: usize = 1 << 30;
@@ -102,6 +110,17 @@ pub struct TailRecord {
     pub key_fingerprint: [u8; 16],
     pub stream_seq: Option<Bytes>,
     pub producers: Vec<ProducerRecord>,
+    pub usage: UsageRecord,
+}
+
+/// Whom a stream is counted for and how much it was read (version 3; runs
+/// of older versions read as the default: no account, no reads).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageRecord {
+    pub account: Bytes,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub last_read_ms: Option<u64>,
 }
 
 /// One stream incarnation in a run.
@@ -142,6 +161,12 @@ fn check(run: &IndexRun) -> Result<(), IndexRunError> {
             return Err(IndexRunError::Invalid {
                 field: "consumers",
                 reason: "larger than 256 MiB",
+            });
+        }
+        if e.tail.usage.account.len() > ACCOUNT_BYTES_MAX {
+            return Err(IndexRunError::Invalid {
+                field: "account",
+                reason: "longer than 64 bytes",
             });
         }
         if e.tail.producers.iter().any(|p| p.id.len() > ID_BYTES_MAX)
@@ -209,6 +234,12 @@ pub fn encode(run: &IndexRun) -> Result<Bytes, IndexRunError> {
             b.put_u64_le(p.next_offset);
             b.put_slice(&p.digest);
         }
+        let u = &t.usage;
+        b.put_u16_le(u.account.len() as u16);
+        b.put_slice(&u.account);
+        b.put_u64_le(u.reads);
+        b.put_u64_le(u.read_bytes);
+        put_opt_ms(&mut b, u.last_read_ms);
         b.put_u32_le(e.chunks.len() as u32);
         for c in &e.chunks {
             b.put_u32_le(c.len() as u32);
@@ -237,7 +268,7 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
         return Err(IndexRunError::BadMagic);
     }
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != FORMAT_VERSION && version != FORMAT_VERSION_V1 {
+    if !(FORMAT_VERSION_V1..=FORMAT_VERSION).contains(&version) {
         return Err(IndexRunError::UnsupportedVersion { found: version });
     }
     let crc_at = len - 4;
@@ -311,6 +342,11 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
                 digest: b.read_array("producer digest")?,
             });
         }
+        let usage = if version >= FORMAT_VERSION {
+            get_usage(&mut b)?
+        } else {
+            UsageRecord::default()
+        };
         let chunk_count = b.read_u32("chunk count")? as usize;
         b.ensure_items(chunk_count, 4, "chunks")?;
         let mut chunks = Vec::with_capacity(chunk_count);
@@ -336,6 +372,7 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
                 key_fingerprint,
                 stream_seq,
                 producers,
+                usage,
             },
             chunks,
             consumers,
@@ -354,6 +391,22 @@ pub fn decode(bytes: &Bytes) -> Result<IndexRun, IndexRunError> {
     };
     check(&run)?;
     Ok(run)
+}
+
+fn get_usage(b: &mut Bytes) -> Result<UsageRecord, IndexRunError> {
+    let account_len = b.read_u16("account length")? as usize;
+    if account_len > ACCOUNT_BYTES_MAX {
+        return Err(IndexRunError::Invalid {
+            field: "account",
+            reason: "longer than 64 bytes",
+        });
+    }
+    Ok(UsageRecord {
+        account: b.read_bytes(account_len, "account")?,
+        reads: b.read_u64("reads")?,
+        read_bytes: b.read_u64("read bytes")?,
+        last_read_ms: Some(b.read_u64("last read ms")?).filter(|v| *v != NONE_MS),
+    })
 }
 
 #[cfg(test)]
@@ -380,6 +433,12 @@ mod tests {
                 next_offset: 4,
                 digest: [5; 16],
             }],
+            usage: UsageRecord {
+                account: Bytes::from_static(b"project-a"),
+                reads: 12,
+                read_bytes: 3400,
+                last_read_ms: Some(77),
+            },
         }
     }
 
@@ -417,18 +476,38 @@ mod tests {
         assert_eq!(decode(&encode(&run).unwrap()).unwrap(), run);
     }
 
+    /// `run` (one entry, no usage, no consumers) encoded as `version`: the
+    /// current encoding without the usage block (version 2), and without the
+    /// last field, the consumers length (version 1).
+    fn encoded_as(run: &IndexRun, version: u16) -> Bytes {
+        let current = encode(run).unwrap();
+        let mut usage = vec![0u8; 2 + 8 + 8];
+        usage.extend_from_slice(&NONE_MS.to_le_bytes());
+        let at = current
+            .windows(usage.len())
+            .position(|w| w == usage.as_slice())
+            .expect("the empty usage block");
+        let mut old = Vec::from(&current[..at]);
+        old.extend_from_slice(&current[at + usage.len()..current.len() - 4]);
+        if version == FORMAT_VERSION_V1 {
+            old.truncate(old.len() - 4);
+        }
+        old[8..10].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32c::crc32c(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        Bytes::from(old)
+    }
+
     #[test]
-    fn a_version_1_run_reads_with_no_consumers() {
+    fn older_versions_read_with_no_usage_and_version_1_with_no_consumers() {
         let mut run = sample();
         run.entries.truncate(1);
+        run.entries[0].tail.usage = UsageRecord::default();
+        let v2 = encoded_as(&run, FORMAT_VERSION_V2);
+        assert_eq!(decode(&v2).unwrap(), run);
         run.entries[0].consumers = Bytes::new();
-        let v2 = encode(&run).unwrap();
-        // Version 1 is version 2 without the (here last) consumers length.
-        let mut v1 = Vec::from(&v2[..v2.len() - 8]);
-        v1[8..10].copy_from_slice(&FORMAT_VERSION_V1.to_le_bytes());
-        let crc = crc32c::crc32c(&v1);
-        v1.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(decode(&Bytes::from(v1)).unwrap(), run);
+        let v1 = encoded_as(&run, FORMAT_VERSION_V1);
+        assert_eq!(decode(&v1).unwrap(), run);
     }
 
     #[test]

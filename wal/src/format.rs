@@ -19,6 +19,11 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use strata_codec::{ReadBytes, ReadError};
 
+pub use crate::entry::{
+    AppendEntry, CloseEntry, ConsumerEntry, CreateEntry, DeleteEntry, ProducerEntry, StreamRef,
+    StreamSeqEntry, UsageEntry, WalEntry,
+};
+
 /// First eight bytes of every WAL object.
 pub const MAGIC: [u8; 8] = *b"STRATAWL";
 /// The only format version this build reads and writes.
@@ -33,6 +38,8 @@ pub const PRODUCER_ID_BYTES_MAX: usize = 256;
 pub const STREAM_SEQ_BYTES_MAX: usize = 256;
 /// Most entries in one object.
 pub const ENTRIES_MAX: usize = 1 << 20;
+/// Longest account name of a Create entry.
+pub const ACCOUNT_BYTES_MAX: usize = 64;
 
 const TRAILER_BYTES: usize = 4;
 /// Fixed part of the header, before the shard name.
@@ -50,6 +57,7 @@ const TAG_STREAM_SEQ: u8 = 4;
 const TAG_CLOSE: u8 = 5;
 const TAG_DELETE: u8 = 6;
 const TAG_CONSUMER: u8 = 7;
+const TAG_USAGE: u8 = 8;
 /// Longest consumer name.
 pub const CONSUMER_NAME_BYTES_MAX: usize = 128;
 /// Largest consumer change body (its format is the engine's).
@@ -148,92 +156,6 @@ pub struct WalHeader {
     pub shard: String,
 }
 
-/// A stream incarnation: the 16-byte stream id and the incarnation number the
-/// registry minted when this incarnation was created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StreamRef {
-    pub id: [u8; 16],
-    pub incarnation: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreateEntry {
-    pub stream: StreamRef,
-    pub created_ms: u64,
-    /// The incarnation's random stream epoch (HKDF salt of its keys).
-    pub epoch: [u8; 16],
-    /// Fingerprint of the stream key (never the key itself).
-    pub key_fingerprint: [u8; 16],
-}
-
-/// Records `first_offset .. first_offset + record_count` of a stream, as pages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppendEntry {
-    pub stream: StreamRef,
-    pub first_offset: u64,
-    pub record_count: u64,
-    /// Sum of the records' payload lengths (the stream's logical size grows by it).
-    pub payload_bytes: u64,
-    pub timestamp_ms: u64,
-    /// Opaque page bytes (format owned by the `segments` crate).
-    pub pages: Vec<Bytes>,
-}
-
-/// The state of an idempotent producer after an accepted append.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProducerEntry {
-    pub stream: StreamRef,
-    pub producer_id: String,
-    pub epoch: u64,
-    pub seq: u64,
-    /// Offsets the accepted append was given (answered again to a duplicate).
-    pub first_offset: u64,
-    pub next_offset: u64,
-    /// Digest of the accepted request's content (recognises a reused sequence).
-    pub digest: [u8; 16],
-}
-
-/// The last accepted `Stream-Seq` value of a stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamSeqEntry {
-    pub stream: StreamRef,
-    pub seq: Bytes,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CloseEntry {
-    pub stream: StreamRef,
-    pub closed_ms: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeleteEntry {
-    pub stream: StreamRef,
-}
-
-/// A change to one consumer group of a stream. The change body is opaque
-/// here: its format belongs to the engine (docs/FORMATS.md, "Consumer
-/// changes").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerEntry {
-    pub stream: StreamRef,
-    /// 1..=128 bytes of UTF-8.
-    pub name: String,
-    pub change: Bytes,
-}
-
-/// One change to a shard's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WalEntry {
-    Create(CreateEntry),
-    Append(AppendEntry),
-    Producer(ProducerEntry),
-    StreamSeq(StreamSeqEntry),
-    Close(CloseEntry),
-    Delete(DeleteEntry),
-    Consumer(ConsumerEntry),
-}
-
 /// A decoded (or to-be-encoded) WAL object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalObject {
@@ -323,6 +245,12 @@ fn check_encodable(object: &WalObject) -> Result<(), WalError> {
                 })
             }
             WalEntry::Consumer(c) => check_consumer(&c.name, c.change.len())?,
+            WalEntry::Create(c) if c.account.len() > ACCOUNT_BYTES_MAX => {
+                return Err(WalError::Invalid {
+                    field: "account",
+                    reason: "longer than 64 bytes",
+                })
+            }
             WalEntry::Append(a) if a.pages.iter().any(|p| p.len() > u32::MAX as usize) => {
                 return Err(WalError::Invalid {
                     field: "page",
@@ -398,7 +326,7 @@ const APPEND_FIXED_BYTES: usize = 24 + 8 + 8 + 8 + 8 + 4;
 
 fn body_len(entry: &WalEntry) -> usize {
     match entry {
-        WalEntry::Create(_) => 24 + 8 + 16 + 16,
+        WalEntry::Create(c) => 24 + 8 + 16 + 16 + 2 + c.account.len(),
         WalEntry::Append(a) => {
             APPEND_FIXED_BYTES + a.pages.iter().map(|p| 4 + p.len()).sum::<usize>()
         }
@@ -407,6 +335,7 @@ fn body_len(entry: &WalEntry) -> usize {
         WalEntry::Close(_) => 24 + 8,
         WalEntry::Delete(_) => 24,
         WalEntry::Consumer(c) => 24 + 2 + c.name.len() + 4 + c.change.len(),
+        WalEntry::Usage(_) => 24 + 8 * 3,
     }
 }
 
@@ -442,6 +371,7 @@ fn encode_entry(enc: &mut ChunkWriter, entry: &WalEntry) {
         WalEntry::Close(_) => TAG_CLOSE,
         WalEntry::Delete(_) => TAG_DELETE,
         WalEntry::Consumer(_) => TAG_CONSUMER,
+        WalEntry::Usage(_) => TAG_USAGE,
     };
     enc.buf.put_u8(tag);
     enc.buf.put_u32_le(len as u32);
@@ -451,6 +381,8 @@ fn encode_entry(enc: &mut ChunkWriter, entry: &WalEntry) {
             enc.buf.put_u64_le(c.created_ms);
             enc.buf.put_slice(&c.epoch);
             enc.buf.put_slice(&c.key_fingerprint);
+            enc.buf.put_u16_le(c.account.len() as u16);
+            enc.buf.put_slice(&c.account);
         }
         WalEntry::Append(a) => {
             let b = &mut enc.buf;
@@ -493,6 +425,13 @@ fn encode_entry(enc: &mut ChunkWriter, entry: &WalEntry) {
             b.put_slice(c.name.as_bytes());
             b.put_u32_le(c.change.len() as u32);
             b.put_slice(&c.change);
+        }
+        WalEntry::Usage(u) => {
+            let b = &mut enc.buf;
+            put_stream(b, &u.stream);
+            b.put_u64_le(u.reads);
+            b.put_u64_le(u.read_bytes);
+            b.put_u64_le(u.last_read_ms);
         }
     }
 }
@@ -674,6 +613,7 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
             created_ms: b.read_u64("created_ms")?,
             epoch: b.read_array("stream epoch")?,
             key_fingerprint: b.read_array("key fingerprint")?,
+            account: get_account(b)?,
         }),
         TAG_APPEND => {
             let stream = get_stream(b)?;
@@ -759,8 +699,30 @@ fn decode_entry(tag: u8, b: &mut Bytes) -> Result<WalEntry, WalError> {
                 change: b.read_bytes(change_len, "consumer change")?,
             })
         }
+        TAG_USAGE => WalEntry::Usage(UsageEntry {
+            stream: get_stream(b)?,
+            reads: b.read_u64("reads")?,
+            read_bytes: b.read_u64("read bytes")?,
+            last_read_ms: b.read_u64("last read ms")?,
+        }),
         tag => return Err(WalError::UnknownTag { tag }),
     })
+}
+
+/// A Create entry's account: absent (the body ends: written before
+/// accounts), or a length u16 and 0..=64 bytes.
+fn get_account(b: &mut Bytes) -> Result<Bytes, WalError> {
+    if b.is_empty() {
+        return Ok(Bytes::new());
+    }
+    let len = b.read_u16("account length")? as usize;
+    if len > ACCOUNT_BYTES_MAX {
+        return Err(WalError::Invalid {
+            field: "account",
+            reason: "longer than 64 bytes",
+        });
+    }
+    Ok(b.read_bytes(len, "account")?)
 }
 
 fn get_stream(b: &mut Bytes) -> Result<StreamRef, WalError> {
@@ -822,6 +784,7 @@ mod tests {
                     created_ms: 5,
                     epoch: [6; 16],
                     key_fingerprint: [8; 16],
+                    account: Bytes::from_static(b"project-a"),
                 }),
                 WalEntry::Append(AppendEntry {
                     stream: stream(1),
@@ -857,8 +820,50 @@ mod tests {
                     name: "workers".into(),
                     change: Bytes::from_static(b"\x01change"),
                 }),
+                WalEntry::Usage(UsageEntry {
+                    stream: stream(1),
+                    reads: 3,
+                    read_bytes: 4096,
+                    last_read_ms: 123,
+                }),
             ],
         }
+    }
+
+    /// A Create entry as written before accounts (its body ends after the
+    /// key fingerprint) reads with no account; one whose account is longer
+    /// than the limit is refused.
+    #[test]
+    fn a_create_without_an_account_reads_as_none() {
+        let create = CreateEntry {
+            stream: stream(1),
+            created_ms: 5,
+            epoch: [6; 16],
+            key_fingerprint: [8; 16],
+            account: Bytes::new(),
+        };
+        let object = WalObject {
+            header: sample().header,
+            entries: vec![WalEntry::Create(create.clone())],
+        };
+        let mut v = encode(&object).unwrap().to_bytes().to_vec();
+        let at = header_encoded_len(object.header.shard.len());
+        assert_eq!(v[at], TAG_CREATE);
+        let body_len = u32::from_le_bytes(v[at + 1..at + 5].try_into().unwrap());
+        // Drop the account length (two zero bytes) at the body's end.
+        let end = at + 5 + body_len as usize;
+        assert_eq!(&v[end - 2..end], &[0, 0]);
+        v.drain(end - 2..end);
+        v[at + 1..at + 5].copy_from_slice(&(body_len - 2).to_le_bytes());
+        assert_eq!(decode(&with_valid_crc(v)).unwrap(), object);
+
+        let mut long = create;
+        long.account = Bytes::from(vec![b'a'; ACCOUNT_BYTES_MAX + 1]);
+        let object = WalObject {
+            header: sample().header,
+            entries: vec![WalEntry::Create(long)],
+        };
+        assert!(encode(&object).is_err());
     }
 
     #[test]
@@ -986,6 +991,7 @@ mod tests {
                     created_ms,
                     epoch,
                     key_fingerprint: epoch,
+                    account: Bytes::copy_from_slice(&epoch[..(created_ms % 17) as usize]),
                 })
             ),
             (
@@ -1037,6 +1043,14 @@ mod tests {
             (arb_stream(), any::<u64>())
                 .prop_map(|(stream, closed_ms)| WalEntry::Close(CloseEntry { stream, closed_ms })),
             arb_stream().prop_map(|stream| WalEntry::Delete(DeleteEntry { stream })),
+            (arb_stream(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+                |(stream, reads, read_bytes, last_read_ms)| WalEntry::Usage(UsageEntry {
+                    stream,
+                    reads,
+                    read_bytes,
+                    last_read_ms,
+                })
+            ),
         ]
     }
 

@@ -30,14 +30,16 @@
 //!    or a data object whose predecessor is not in the log, was never
 //!    acknowledged, and skipping it loses nothing.
 
+pub mod entry;
 pub mod format;
 pub mod walk;
 
 pub use format::{
     append_entry_encoded_len, decode, decode_header, encode, entry_encoded_len, header_encoded_len,
     AppendEntry, CloseEntry, ConsumerEntry, CreateEntry, DeleteEntry, EncodedObject, ObjectKind,
-    ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalError, WalHeader, WalObject, WriterId,
-    CONSUMER_CHANGE_BYTES_MAX, CONSUMER_NAME_BYTES_MAX, ENTRIES_MAX, FORMAT_VERSION, MAGIC,
-    NO_SLOT, OBJECT_BYTES_MAX, OBJECT_TRAILER_BYTES, PRODUCER_ID_BYTES_MAX, STREAM_SEQ_BYTES_MAX,
+    ProducerEntry, StreamRef, StreamSeqEntry, UsageEntry, WalEntry, WalError, WalHeader, WalObject,
+    WriterId, ACCOUNT_BYTES_MAX, CONSUMER_CHANGE_BYTES_MAX, CONSUMER_NAME_BYTES_MAX, ENTRIES_MAX,
+    FORMAT_VERSION, MAGIC, NO_SLOT, OBJECT_BYTES_MAX, OBJECT_TRAILER_BYTES, PRODUCER_ID_BYTES_MAX,
+    STREAM_SEQ_BYTES_MAX,
 };
 pub use walk::{Admission, LogWalk};

@@ -149,6 +149,11 @@ pub struct StreamSummary {
     pub unsealed_pages: usize,
     pub unsealed_bytes: u64,
     pub producers: usize,
+    /// Whom its usage is counted for (the server's project; lossy UTF-8).
+    pub account: String,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub last_read_ms: Option<u64>,
 }
 
 impl StreamSummary {
@@ -170,6 +175,10 @@ impl StreamSummary {
             unsealed_pages: s.pages.len(),
             unsealed_bytes: s.page_bytes,
             producers: s.tail.producers.len(),
+            account: String::from_utf8_lossy(&s.tail.usage.account).into_owned(),
+            reads: s.tail.usage.reads,
+            read_bytes: s.tail.usage.read_bytes,
+            last_read_ms: s.tail.usage.last_read_ms,
         }
     }
 }

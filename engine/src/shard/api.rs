@@ -78,6 +78,36 @@ pub enum CreateAck {
 pub struct StreamInfo {
     pub tail: Tail,
     pub page_bytes: u64,
+    /// Bytes the stream holds in the store: its sealed chunks and its
+    /// unsealed pages (compressed, encrypted).
+    pub stored_bytes: u64,
+}
+
+/// What the live streams counted for one account hold and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountUsage {
+    pub streams: u64,
+    /// Records ever appended (the streams' tails).
+    pub records: u64,
+    /// Payload bytes ever appended.
+    pub appended_bytes: u64,
+    /// Bytes held in the store (see [`StreamInfo::stored_bytes`]).
+    pub stored_bytes: u64,
+    /// Reads and the payload bytes they returned, as logged so far.
+    pub reads: u64,
+    pub read_bytes: u64,
+}
+
+impl AccountUsage {
+    /// Adds `other`'s figures (across shards).
+    pub fn add(&mut self, other: &AccountUsage) {
+        self.streams += other.streams;
+        self.records += other.records;
+        self.appended_bytes += other.appended_bytes;
+        self.stored_bytes += other.stored_bytes;
+        self.reads += other.reads;
+        self.read_bytes += other.read_bytes;
+    }
 }
 
 /// Lifecycle of an open shard.

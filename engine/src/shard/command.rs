@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use strata_segments::{PageCipher, PreparedBody, StreamCipher};
-use strata_wal::{ConsumerEntry, CreateEntry};
+use strata_wal::{ConsumerEntry, CreateEntry, UsageEntry};
 use tokio::sync::oneshot;
 
 use super::api::{AppendAck, CreateAck};
@@ -59,6 +59,11 @@ pub(crate) enum Command {
     /// A change to one consumer group (already checked to decode).
     Consumer {
         entry: ConsumerEntry,
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    /// Reads of live streams to log (streams gone since are skipped).
+    Usage {
+        usage: Vec<UsageEntry>,
         reply: oneshot::Sender<Result<(), EngineError>>,
     },
     /// Answers once everything committed before it is durable.

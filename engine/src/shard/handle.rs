@@ -14,13 +14,13 @@ use strata_manifest::CasObject;
 use strata_segments::{
     plan_pages, prepare_body, sealed_page_len, StreamCipher, ROUTING_KEY_BYTES_MAX,
 };
-use strata_wal::{ConsumerEntry, CreateEntry};
+use strata_wal::{ConsumerEntry, CreateEntry, UsageEntry};
 
 use crate::consumer::durable::{ConsumerChange, ConsumerSetup, DurableConsumer};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::actor;
-use super::api::{AppendAck, AppendRequest, CreateAck, ShardStatus, StreamInfo};
+use super::api::{AccountUsage, AppendAck, AppendRequest, CreateAck, ShardStatus, StreamInfo};
 use super::command::{AppendJob, Command, PreparedPage};
 use super::config::ShardConfig;
 use super::ctx::ShardCtx;
@@ -203,14 +203,46 @@ impl Shard {
         stream: StreamRef,
         cipher: &StreamCipher,
     ) -> Result<CreateAck, EngineError> {
+        self.create_stream_for(stream, cipher, Bytes::new()).await
+    }
+
+    /// [`Shard::create_stream`], counted for `account` (the server's
+    /// project, at most [`strata_wal::ACCOUNT_BYTES_MAX`] bytes): its usage
+    /// is reported under that name ([`Shard::usage_by_account`]).
+    pub async fn create_stream_for(
+        &self,
+        stream: StreamRef,
+        cipher: &StreamCipher,
+        account: Bytes,
+    ) -> Result<CreateAck, EngineError> {
+        if account.len() > strata_wal::ACCOUNT_BYTES_MAX {
+            return Err(EngineError::TooLarge {
+                what: "account",
+                size: account.len() as u64,
+                limit: strata_wal::ACCOUNT_BYTES_MAX as u64,
+            });
+        }
         let (reply, rx) = oneshot::channel();
         let create = CreateEntry {
             stream,
             created_ms: self.inner.ctx.env.clock.now_ms(),
             epoch: cipher.epoch().0,
             key_fingerprint: cipher.fingerprint(),
+            account,
         };
         self.submit(Command::Create { create, reply })?;
+        Self::answer(rx).await
+    }
+
+    /// Logs reads of streams (their counts and the time of the last), for
+    /// usage and the idle clock; answers once durable. Streams deleted since
+    /// are skipped.
+    pub async fn record_usage(&self, usage: Vec<UsageEntry>) -> Result<(), EngineError> {
+        if usage.is_empty() {
+            return Ok(());
+        }
+        let (reply, rx) = oneshot::channel();
+        self.submit(Command::Usage { usage, reply })?;
         Self::answer(rx).await
     }
 
@@ -462,7 +494,53 @@ impl Shard {
         state.tail.is_live(stream).then(|| StreamInfo {
             tail: state.tail.clone(),
             page_bytes: state.page_bytes,
+            stored_bytes: state.stored_bytes(),
         })
+    }
+
+    /// The usage of the live streams of `account` (one pass over the
+    /// shard's streams).
+    pub fn usage_of(&self, account: &[u8]) -> AccountUsage {
+        let mut total = AccountUsage::default();
+        self.each_live_usage(|of, usage| {
+            if of == account {
+                total.add(&usage);
+            }
+        });
+        total
+    }
+
+    /// The usage of the live streams, summed by account (one pass).
+    pub fn usage_by_account(&self) -> HashMap<Bytes, AccountUsage> {
+        let mut totals: HashMap<Bytes, AccountUsage> = HashMap::new();
+        self.each_live_usage(|account, usage| {
+            if let Some(total) = totals.get_mut(account) {
+                total.add(&usage);
+            } else {
+                totals.insert(Bytes::copy_from_slice(account), usage);
+            }
+        });
+        totals
+    }
+
+    /// Calls `f` with each live stream's account and usage.
+    fn each_live_usage(&self, mut f: impl FnMut(&[u8], AccountUsage)) {
+        let cells: Vec<_> = self.inner.shared.streams.read().values().cloned().collect();
+        for cell in cells {
+            let state = cell.state.read();
+            if state.tail.status == super::state::StreamStatus::Deleted {
+                continue;
+            }
+            let usage = AccountUsage {
+                streams: 1,
+                records: state.tail.next_offset,
+                appended_bytes: state.tail.payload_bytes,
+                stored_bytes: state.stored_bytes(),
+                reads: state.tail.usage.reads,
+                read_bytes: state.tail.usage.read_bytes,
+            };
+            f(&state.tail.usage.account, usage);
+        }
     }
 
     /// Sealed chunks a live stream has.

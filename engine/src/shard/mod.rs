@@ -61,7 +61,9 @@ mod shared;
 pub mod state;
 pub(crate) mod tiers;
 
-pub use api::{AppendAck, AppendKind, AppendRequest, CreateAck, ShardStatus, StreamInfo};
+pub use api::{
+    AccountUsage, AppendAck, AppendKind, AppendRequest, CreateAck, ShardStatus, StreamInfo,
+};
 pub use cache::{CacheCounts, ChunkCache};
 pub use config::ShardConfig;
 pub use handle::{AppendTicket, ChangeTicket, Shard};

@@ -34,6 +34,7 @@ pub fn tail_record(tail: &Tail) -> TailRecord {
             .iter()
             .map(|(id, state)| ProducerRecord::from(NamedProducer { id, state }))
             .collect(),
+        usage: tail.usage.clone(),
     }
 }
 
@@ -58,6 +59,7 @@ pub fn tail_from_record(stream: StreamRef, r: &TailRecord) -> Tail {
             .iter()
             .map(|p| (p.id.clone(), ProducerState::from(p)))
             .collect(),
+        usage: r.usage.clone(),
     }
 }
 

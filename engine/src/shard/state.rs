@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
+use strata_manifest::index_run::UsageRecord;
 use strata_segments::parse_header;
 use strata_wal::{AppendEntry, CreateEntry, StreamRef, WalEntry};
 
@@ -49,6 +50,9 @@ pub struct Tail {
     pub last_append_ms: Option<u64>,
     pub stream_seq: Option<Bytes>,
     pub producers: BTreeMap<String, ProducerState>,
+    /// Whom the stream is counted for (from its Create) and its reads so far
+    /// (from Usage entries).
+    pub usage: UsageRecord,
 }
 
 impl Tail {
@@ -65,7 +69,27 @@ impl Tail {
             last_append_ms: None,
             stream_seq: None,
             producers: BTreeMap::new(),
+            usage: UsageRecord {
+                account: create.account.clone(),
+                ..UsageRecord::default()
+            },
         }
+    }
+
+    /// When the stream was last written or read, as far as the shard knows
+    /// (reads are known as of the last usage entry): the idle clock of a
+    /// stream that expires.
+    pub fn last_access_ms(&self) -> u64 {
+        [
+            Some(self.created_ms),
+            self.last_append_ms,
+            self.closed_ms,
+            self.usage.last_read_ms,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(self.created_ms)
     }
 
     /// True when this tail is the live incarnation `stream`.
@@ -81,6 +105,14 @@ pub struct StoredPage {
     pub record_count: u32,
     pub routing_key: Bytes,
     pub bytes: Bytes,
+}
+
+impl DurableStream {
+    /// Bytes the stream holds in the store: sealed chunks and unsealed pages.
+    pub fn stored_bytes(&self) -> u64 {
+        let sealed: u64 = self.sealed.iter().map(|c| c.chunk.length).sum();
+        sealed + self.page_bytes
+    }
 }
 
 impl StoredPage {
@@ -188,6 +220,7 @@ pub fn entry_stream(entry: &WalEntry) -> StreamRef {
         WalEntry::Close(e) => e.stream,
         WalEntry::Delete(e) => e.stream,
         WalEntry::Consumer(e) => e.stream,
+        WalEntry::Usage(e) => e.stream,
     }
 }
 
@@ -216,6 +249,12 @@ pub fn apply_to_tail(tail: &mut Tail, entry: &WalEntry) -> Result<(), ApplyError
         WalEntry::StreamSeq(s) => tail.stream_seq = Some(s.seq.clone()),
         // Consumer state is the durable stream's, not the tail's.
         WalEntry::Consumer(_) => {}
+        WalEntry::Usage(u) => {
+            let usage = &mut tail.usage;
+            usage.reads = usage.reads.saturating_add(u.reads);
+            usage.read_bytes = usage.read_bytes.saturating_add(u.read_bytes);
+            usage.last_read_ms = usage.last_read_ms.max(Some(u.last_read_ms));
+        }
         WalEntry::Close(c) => {
             if tail.status == StreamStatus::Open {
                 tail.status = StreamStatus::Closed;
@@ -487,6 +526,7 @@ mod tests {
             created_ms: 0,
             epoch: [0; 16],
             key_fingerprint: [0; 16],
+            account: Bytes::new(),
         });
         assert_eq!(create_verdict(None, &s(1)), CreateVerdict::New);
         assert_eq!(create_verdict(Some(&t), &s(2)), CreateVerdict::Exists);

@@ -4,14 +4,14 @@
 //! Properties: no panic; a decoded run's entries are strictly sorted by
 //! stream id, and its producer ids and `Stream-Seq` values are at most 256
 //! bytes (docs/FORMATS.md §12.3); every byte is checked or round-trips, so
-//! re-encoding a current-version run gives the input back. A version-1 run
-//! (no consumer tables) re-encodes as the current version; that encoding
-//! decodes to the same run.
+//! re-encoding a current-version run gives the input back. An older run
+//! (version 1: no consumer tables, no usage; version 2: no usage) re-encodes
+//! as the current version; that encoding decodes to the same run.
 #![no_main]
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use strata_manifest::index_run::{decode, encode, FORMAT_VERSION_V1};
+use strata_manifest::index_run::{decode, encode, UsageRecord, FORMAT_VERSION, FORMAT_VERSION_V1};
 use strata_manifest_fuzz::with_valid_crc;
 
 fuzz_target!(|data: &[u8]| {
@@ -35,11 +35,26 @@ fn check(bytes: &Bytes) {
         assert_ne!(e.tail.closed_ms, Some(u64::MAX));
         assert_ne!(e.tail.last_append_ms, Some(u64::MAX));
     }
+    for e in &run.entries {
+        assert!(e.tail.usage.account.len() <= 64);
+        assert_ne!(e.tail.usage.last_read_ms, Some(u64::MAX));
+    }
     let encoded = encode(&run).expect("a decoded run encodes");
+    if bytes[8..10] == FORMAT_VERSION.to_le_bytes() {
+        assert_eq!(&encoded, bytes, "re-encoding changed the bytes");
+        return;
+    }
+    // An older version: upgraded, with nothing of what it could not hold.
+    assert!(run
+        .entries
+        .iter()
+        .all(|e| e.tail.usage == UsageRecord::default()));
     if bytes[8..10] == FORMAT_VERSION_V1.to_le_bytes() {
         assert!(run.entries.iter().all(|e| e.consumers.is_empty()));
-        assert_eq!(decode(&encoded).as_ref(), Ok(&run), "v1 upgrade changed the run");
-    } else {
-        assert_eq!(&encoded, bytes, "re-encoding changed the bytes");
     }
+    assert_eq!(
+        decode(&encoded).as_ref(),
+        Ok(&run),
+        "the upgrade changed the run"
+    );
 }

@@ -3,8 +3,9 @@
 //!
 //! Properties: `encode` refuses exactly what docs/FORMATS.md §12.3 says it
 //! refuses (entries not strictly sorted by stream id, a producer id or
-//! `Stream-Seq` over 256 bytes); `decode(encode(run))` is the run, with a
-//! closed or last-append time of exactly `u64::MAX` read back as none; one
+//! `Stream-Seq` over 256 bytes, an account over 64); `decode(encode(run))` is
+//! the run, with a closed, last-append or last-read time of exactly
+//! `u64::MAX` read back as none; one
 //! flipped bit is rejected.
 #![no_main]
 
@@ -12,7 +13,7 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use strata_manifest::index_run::{
-    decode, encode, IndexRun, ProducerRecord, RunEntry, TailRecord, TailStatus,
+    decode, encode, IndexRun, ProducerRecord, RunEntry, TailRecord, TailStatus, UsageRecord,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -41,6 +42,11 @@ struct Entry {
     producers: Vec<Producer>,
     chunks: Vec<Vec<u8>>,
     consumers: Vec<u8>,
+    account: Vec<u8>,
+    account_pad: u8,
+    reads: u64,
+    read_bytes: u64,
+    last_read_ms: Option<u64>,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -90,6 +96,16 @@ fuzz_target!(|input: Input| {
                         digest: p.digest,
                     })
                     .collect(),
+                usage: UsageRecord {
+                    account: {
+                        let mut account = e.account;
+                        account.resize(account.len() + e.account_pad as usize / 2, b'a');
+                        Bytes::from(account)
+                    },
+                    reads: e.reads,
+                    read_bytes: e.read_bytes,
+                    last_read_ms: e.last_read_ms,
+                },
             },
             chunks: e.chunks.into_iter().map(Bytes::from).collect(),
             consumers: Bytes::from(e.consumers),
@@ -111,6 +127,7 @@ fuzz_target!(|input: Input| {
         && run.entries.iter().all(|e| {
             e.tail.stream_seq.as_ref().is_none_or(|s| s.len() <= 256)
                 && e.tail.producers.iter().all(|p| p.id.len() <= 256)
+                && e.tail.usage.account.len() <= 64
         });
     let bytes = match encode(&run) {
         Ok(bytes) => {
@@ -126,6 +143,7 @@ fuzz_target!(|input: Input| {
     for e in &mut expected.entries {
         e.tail.closed_ms = e.tail.closed_ms.filter(|v| *v != u64::MAX);
         e.tail.last_append_ms = e.tail.last_append_ms.filter(|v| *v != u64::MAX);
+        e.tail.usage.last_read_ms = e.tail.usage.last_read_ms.filter(|v| *v != u64::MAX);
     }
     assert_eq!(decode(&bytes).as_ref(), Ok(&expected));
     let bit = input.flip as usize % (bytes.len() * 8);

@@ -6,7 +6,7 @@ use strata_manifest::format::{
     encode, IndexRunRef, Manifest, ReplayPoint, SegmentRef, SlotRange, WriterIdentity,
 };
 use strata_manifest::index_run::{
-    self, IndexRun, ProducerRecord, RunEntry, TailRecord, TailStatus,
+    self, IndexRun, ProducerRecord, RunEntry, TailRecord, TailStatus, UsageRecord,
 };
 
 /// `data` with its last four bytes replaced by the CRC-32C of the others.
@@ -80,6 +80,12 @@ fn tail(status: TailStatus) -> TailRecord {
             next_offset: 30,
             digest: [0x33; 16],
         }],
+        usage: UsageRecord {
+            account: Bytes::from_static(b"project-a"),
+            reads: 5,
+            read_bytes: 20_480,
+            last_read_ms: Some(1_700_000_000_600),
+        },
     }
 }
 
@@ -137,23 +143,41 @@ pub fn seed_runs() -> Vec<(&'static str, Bytes)> {
     };
     let mut one = full.clone();
     one.entries.truncate(1);
+    one.entries[0].tail.usage = UsageRecord::default();
+    let v2 = as_version(&one, index_run::FORMAT_VERSION_V2);
     one.entries[0].consumers = Bytes::new();
     vec![
         ("empty", index_run::encode(&empty).unwrap()),
         ("three-streams", index_run::encode(&full).unwrap()),
-        ("one-stream-v1", as_version_1(&one)),
+        ("one-stream-v2", v2),
+        (
+            "one-stream-v1",
+            as_version(&one, index_run::FORMAT_VERSION_V1),
+        ),
     ]
 }
 
-/// A one-entry run with no consumer table in the version-1 layout: the
-/// version-2 bytes without the entry's (last) consumers length, version 1,
-/// and a fresh CRC.
-fn as_version_1(run: &IndexRun) -> Bytes {
-    assert!(run.entries.len() == 1 && run.entries[0].consumers.is_empty());
-    let v2 = index_run::encode(run).unwrap();
-    let mut v1 = Vec::from(&v2[..v2.len() - 8]);
-    v1[8..10].copy_from_slice(&index_run::FORMAT_VERSION_V1.to_le_bytes());
-    let crc = crc32c::crc32c(&v1);
-    v1.extend_from_slice(&crc.to_le_bytes());
-    Bytes::from(v1)
+/// A one-entry run with no usage in an older layout: the current bytes
+/// without the entry's usage block (version 2), and without its (last)
+/// consumers length too (version 1, which needs an empty consumer table),
+/// with the version and a fresh CRC.
+fn as_version(run: &IndexRun, version: u16) -> Bytes {
+    assert!(run.entries.len() == 1 && run.entries[0].tail.usage == UsageRecord::default());
+    let current = index_run::encode(run).unwrap();
+    let mut usage = vec![0u8; 2 + 8 + 8];
+    usage.extend_from_slice(&u64::MAX.to_le_bytes());
+    let at = current
+        .windows(usage.len())
+        .position(|w| w == usage.as_slice())
+        .expect("the empty usage block");
+    let mut old = Vec::from(&current[..at]);
+    old.extend_from_slice(&current[at + usage.len()..current.len() - 4]);
+    if version == index_run::FORMAT_VERSION_V1 {
+        assert!(run.entries[0].consumers.is_empty());
+        old.truncate(old.len() - 4);
+    }
+    old[8..10].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32c::crc32c(&old);
+    old.extend_from_slice(&crc.to_le_bytes());
+    Bytes::from(old)
 }

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use strata_wal::{
     decode, decode_header, encode, AppendEntry, CloseEntry, ConsumerEntry, CreateEntry,
-    DeleteEntry, ObjectKind, ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalHeader,
-    WalObject, WriterId, NO_SLOT,
+    DeleteEntry, ObjectKind, ProducerEntry, StreamRef, StreamSeqEntry, UsageEntry, WalEntry,
+    WalHeader, WalObject, WriterId, NO_SLOT,
 };
 
 #[derive(Arbitrary, Debug)]
@@ -47,6 +47,8 @@ enum Entry {
         created_ms: u64,
         epoch: [u8; 16],
         key_fingerprint: [u8; 16],
+        account: Vec<u8>,
+        account_pad: u8,
     },
     Append {
         stream: ([u8; 16], u64),
@@ -84,6 +86,12 @@ enum Entry {
         name_pad: u8,
         change: Vec<u8>,
     },
+    Usage {
+        stream: ([u8; 16], u64),
+        reads: u64,
+        read_bytes: u64,
+        last_read_ms: u64,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -120,12 +128,19 @@ fuzz_target!(|input: Input| {
                 created_ms,
                 epoch,
                 key_fingerprint,
-            } => WalEntry::Create(CreateEntry {
-                stream: stream(s),
-                created_ms,
-                epoch,
-                key_fingerprint,
-            }),
+                mut account,
+                account_pad,
+            } => {
+                // Over-long accounts (past 64 bytes) must be refused.
+                account.resize(account.len() + account_pad as usize / 2, b'a');
+                WalEntry::Create(CreateEntry {
+                    stream: stream(s),
+                    created_ms,
+                    epoch,
+                    key_fingerprint,
+                    account: Bytes::from(account),
+                })
+            }
             Entry::Append {
                 stream: s,
                 first_offset,
@@ -197,6 +212,17 @@ fuzz_target!(|input: Input| {
                 name: padded(name, name_pad),
                 change: Bytes::from(change),
             }),
+            Entry::Usage {
+                stream: s,
+                reads,
+                read_bytes,
+                last_read_ms,
+            } => WalEntry::Usage(UsageEntry {
+                stream: stream(s),
+                reads,
+                read_bytes,
+                last_read_ms,
+            }),
         })
         .collect();
     let object = WalObject {
@@ -230,6 +256,7 @@ fuzz_target!(|input: Input| {
             WalEntry::Producer(p) => p.producer_id.len() <= 256,
             WalEntry::StreamSeq(s) => s.seq.len() <= 256,
             WalEntry::Consumer(c) => !c.name.is_empty() && c.name.len() <= 128,
+            WalEntry::Create(c) => c.account.len() <= 64,
             _ => true,
         });
     let encoded = match encode(&object) {

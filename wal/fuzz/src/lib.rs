@@ -4,7 +4,8 @@
 use bytes::Bytes;
 use strata_wal::{
     encode, AppendEntry, CloseEntry, ConsumerEntry, CreateEntry, DeleteEntry, ObjectKind,
-    ProducerEntry, StreamRef, StreamSeqEntry, WalEntry, WalHeader, WalObject, WriterId, NO_SLOT,
+    ProducerEntry, StreamRef, StreamSeqEntry, UsageEntry, WalEntry, WalHeader, WalObject, WriterId,
+    NO_SLOT,
 };
 
 /// `data` with its last four bytes replaced by the CRC-32C of the others, so
@@ -66,6 +67,7 @@ pub fn seed_objects() -> Vec<(&'static str, Bytes)> {
                         created_ms: 1_700_000_000_000,
                         epoch: [0x11; 16],
                         key_fingerprint: [0x22; 16],
+                        account: Bytes::from_static(b"project-a"),
                     }),
                     WalEntry::Append(AppendEntry {
                         stream: stream(1),
@@ -132,6 +134,19 @@ pub fn seed_objects() -> Vec<(&'static str, Bytes)> {
                     stream: stream(1),
                     name: "workers".into(),
                     change: Bytes::from_static(b"\x01\x02\x01\0\0\0\0\0\0\0"),
+                })],
+            ),
+        ),
+        (
+            "usage",
+            data(
+                13,
+                12,
+                vec![WalEntry::Usage(UsageEntry {
+                    stream: stream(1),
+                    reads: 7,
+                    read_bytes: 70_000,
+                    last_read_ms: 1_700_000_000_004,
                 })],
             ),
         ),

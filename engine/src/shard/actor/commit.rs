@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use strata_wal::{
     AppendEntry, CloseEntry, ConsumerEntry, CreateEntry, DeleteEntry, ProducerEntry,
-    StreamSeqEntry, WalEntry,
+    StreamSeqEntry, UsageEntry, WalEntry,
 };
 use tokio::sync::oneshot;
 
@@ -19,8 +19,8 @@ use crate::shard::api::{AppendAck, AppendKind, CreateAck};
 use crate::shard::command::AppendJob;
 use crate::shard::producer::AcceptedClaim;
 use crate::shard::state::{
-    apply_append_to_tail, apply_to_tail, create_verdict, judge_producer, CreateVerdict,
-    ProducerVerdict, StreamStatus, Tail,
+    apply_append_to_tail, apply_to_tail, create_verdict, entry_stream, judge_producer,
+    CreateVerdict, ProducerVerdict, StreamStatus, Tail,
 };
 
 impl Actor {
@@ -215,6 +215,30 @@ impl Actor {
         if let Some(batch) = self.staging.batches.back_mut() {
             batch.urgent = true;
         }
+    }
+
+    /// Stages the usage of every stream that is still live (the others are
+    /// skipped: their usage ended with them), all in one batch; answers
+    /// when they are durable. Not urgent: usage rides the next object.
+    pub(super) fn commit_usage(
+        &mut self,
+        usage: Vec<UsageEntry>,
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    ) {
+        let mut entries = Vec::with_capacity(usage.len());
+        for u in usage {
+            let Some(tail) = self.staging.staged.get_mut(&u.stream.id) else {
+                continue;
+            };
+            let entry = WalEntry::Usage(u);
+            if tail.is_live(&entry_stream(&entry)) && apply_to_tail(tail, &entry).is_ok() {
+                entries.push(StagedEntry::Ready(entry));
+            }
+        }
+        if entries.is_empty() {
+            return self.reply_when_durable(Reply::Unit(reply, Ok(())));
+        }
+        self.push_staged(entries, Reply::Unit(reply, Ok(())));
     }
 
     /// Applies entries to the staged tail of `stream`, then stages them.

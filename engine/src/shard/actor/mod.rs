@@ -238,6 +238,7 @@ impl Actor {
             Command::Create { create, reply } => self.commit_create(create, reply),
             Command::Delete { stream, reply } => self.commit_delete(stream, reply),
             Command::Consumer { entry, reply } => self.commit_consumer(entry, reply),
+            Command::Usage { usage, reply } => self.commit_usage(usage, reply),
             Command::Barrier { reply } => self.reply_when_durable(Reply::Unit(reply, Ok(()))),
             Command::Seal { reply } => {
                 if self.sealer.state.dirty.is_empty() && self.sealer.state.objects_unsealed == 0 {
@@ -264,6 +265,7 @@ fn reject(command: Command, error: EngineError) {
         }
         Command::Delete { reply, .. }
         | Command::Consumer { reply, .. }
+        | Command::Usage { reply, .. }
         | Command::Barrier { reply }
         | Command::Seal { reply } => {
             let _ = reply.send(Err(error));
