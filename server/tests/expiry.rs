@@ -120,6 +120,56 @@ async fn streams_created_before_a_restart_still_expire_unasked() {
     .await;
 }
 
+/// The idle clock survives a restart: a stream last used before a restart
+/// expires its TTL after that use, not after the restart (the shard keeps
+/// its last write, and its last read as of the last usage flush).
+#[tokio::test]
+async fn a_restart_does_not_postpone_an_idle_expiry() {
+    #![allow(clippy::disallowed_methods)]
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_str().unwrap().to_string();
+    let port = free_port();
+    let flush = ["--usage-flush-ms", "100"];
+    let mut server = Server::start(&store, port, &flush).await;
+    create_with_ttl(&server, "idle", 4).await;
+    // Used last now: read (a read renews the sliding TTL).
+    let used = std::time::Instant::now();
+    let r = client().get(server.url("idle")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // A clean stop writes the tallied reads; the restart comes 2 s later,
+    // so a clock counted from the restart would expire it at 6 s, not 4 s.
+    let pid = libc::pid_t::try_from(server.child.id()).unwrap();
+    // SAFETY: signalling a child process this test owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert!(server.child.wait().unwrap().success());
+    drop(server);
+    within(Duration::from_secs(5), "two seconds pass", || {
+        used.elapsed() >= Duration::from_secs(2)
+    })
+    .await;
+    let restarted = Server::start(&store, port, &flush).await;
+    // HEAD does not renew the TTL.
+    let head = || async {
+        client()
+            .head(restarted.url("idle"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(head().await, 200, "not expired before its time");
+    let mut gone = false;
+    while used.elapsed() < Duration::from_millis(5_500) {
+        if head().await == 404 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "still there {:?} after its last use", used.elapsed());
+    assert!(used.elapsed() >= Duration::from_secs(4), "expired early");
+}
+
 /// Reads the names in the default project's catalog from its bucket objects.
 fn catalog_names(store: &Path) -> Vec<String> {
     let mut names = Vec::new();

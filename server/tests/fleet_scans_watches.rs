@@ -125,3 +125,49 @@ async fn scans_and_observations_are_served_through_any_member() {
         .collect();
     assert_eq!(keys, vec![json!("c2"), json!("c1"), json!("c3")]);
 }
+
+/// A project's usage is summed over every member's shards, asked through
+/// any member; a collection's is answered by (or forwarded to) its owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn project_usage_is_summed_over_the_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = Fleet::start(dir.path().to_str().unwrap(), &[]).await;
+    let apis: Vec<Api> = (0..MEMBERS)
+        .map(|i| Api::at(&fleet.base(i), None, DEV_KEY))
+        .collect();
+    let names: Vec<String> = (0..12).map(|i| format!("c{i}")).collect();
+    for name in &names {
+        let created = settled(|| apis[0].request(Method::PUT, name).body(DOC)).await;
+        assert!(matches!(created.status, 200 | 201), "{}", created.text());
+        let appended = settled(|| {
+            apis[0]
+                .request(Method::POST, &format!("{name}/records"))
+                .header("content-type", "application/json")
+                .body(r#"{"customerId":"c1"}"#)
+        })
+        .await;
+        assert_eq!(appended.status, 200, "{}", appended.text());
+    }
+    // Every collection's owner is settled before the sums are compared.
+    let mut owners = std::collections::BTreeSet::new();
+    for name in &names {
+        owners.insert(agreed_owner(&fleet, &apis, name).await);
+    }
+    for api in &apis {
+        let answer = settled(|| {
+            api.keyless(
+                Method::GET,
+                &format!("{}/v1/projects/default/usage", api.base),
+            )
+        })
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let usage = answer.json();
+        assert_eq!(usage["collections"], 12, "{usage} (owners {owners:?})");
+        assert_eq!(usage["records"], 12, "{usage}");
+        assert_eq!(usage["complete"], true, "{usage}");
+        let one = settled(|| api.keyless(Method::GET, &api.url("c3/usage"))).await;
+        assert_eq!(one.status, 200, "{}", one.text());
+        assert_eq!(one.json()["records"], 1);
+    }
+}

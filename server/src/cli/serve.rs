@@ -111,6 +111,11 @@ pub struct ServeArgs {
     /// Watch observations (long-polls) waiting at once.
     #[arg(long, default_value_t = crate::service::watches::OBSERVERS_DEFAULT)]
     pub max_watch_observations: usize,
+    /// How often reads are written to their shards (usage and the idle
+    /// clock of streams that expire): at most one WAL PUT per shard per
+    /// interval, and read counts a crash can lose.
+    #[arg(long, default_value_t = 60_000)]
+    pub usage_flush_ms: u64,
     /// Tests only: abort at a step of a dead letter (crash tests).
     #[arg(long, hide = true)]
     pub test_crash_at: Option<crate::service::DeadLetterStep>,
@@ -479,6 +484,7 @@ impl Server {
                 max_record_bytes: args.max_record_bytes,
                 watch_observations_max: args.max_watch_observations,
                 crash_at: args.test_crash_at,
+                usage_flush_interval: Duration::from_millis(args.usage_flush_ms.max(1)),
                 ..StreamsConfig::default()
             },
         ));
@@ -501,6 +507,10 @@ impl Server {
         // Streams that expire while nobody touches them: their deadlines, from
         // the registry once now, then as they are created or used.
         tokio::spawn(crate::service::run_reaper(Arc::downgrade(&streams)));
+        tokio::spawn(crate::service::usage::run_flusher(
+            Arc::downgrade(&streams),
+            Duration::from_millis(args.usage_flush_ms.max(1)),
+        ));
         streams.begin_startup_scan();
         {
             let streams = streams.clone();
@@ -681,6 +691,7 @@ impl Server {
         {
             tracing::warn!("some connections were still open after 10 s");
         }
+        state.streams.flush_usage().await;
         for shard in &shards {
             shard.shutdown().await;
         }

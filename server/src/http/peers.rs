@@ -7,7 +7,9 @@
 //! reads the tails of a member's streams) — the fork-source route `POST
 //! /v1/fleet/source` (a member reads a fork source this one serves, with the
 //! caller's stream key), the dead-letter route `POST /v1/fleet/dead-letter`
-//! (a consumer's dead letter for a stream this one serves), and their clients ([`HttpSubscriptionPeers`],
+//! (a consumer's dead letter for a stream this one serves), the usage route
+//! `POST /v1/fleet/usage` (a project's share on the shards a member serves),
+//! and their clients ([`HttpSubscriptionPeers`],
 //! [`HttpSourceReads`]). The hand-off hint (`http::fleet`) checks the same key.
 //!
 //! Invariant: a request without the right key, or to a server that is not a
@@ -29,6 +31,7 @@ use crate::service::sources::{
 use crate::service::subscriptions::coordinator::{
     AppendedBatch, BoxFuture, PeerError, SubscriptionPeers, TailsAnswer, TailsRequest,
 };
+use crate::service::usage::{UsageQuestion, UsageShare};
 use crate::service::ServiceError;
 
 /// The relay's route.
@@ -39,6 +42,8 @@ pub const TAILS_PATH: &str = "/v1/fleet/tails";
 pub const SOURCE_PATH: &str = "/v1/fleet/source";
 /// The dead-letter route.
 pub const DEAD_LETTER_PATH: &str = "/v1/fleet/dead-letter";
+/// The usage route (a project's share on the shards a member serves).
+pub const USAGE_PATH: &str = "/v1/fleet/usage";
 /// The header of the stream key a source read decrypts with.
 const KEY_HEADER: &str = "stream-encryption-key";
 /// Largest body of a peer request or answer.
@@ -53,6 +58,7 @@ pub enum PeerRoute {
     Tails,
     Source,
     DeadLetter,
+    Usage,
 }
 
 /// The peer route of `path`, if it is one (`POST` only; pure).
@@ -65,6 +71,7 @@ pub fn peer_route(method: &http::Method, path: &str) -> Option<PeerRoute> {
         TAILS_PATH => Some(PeerRoute::Tails),
         SOURCE_PATH => Some(PeerRoute::Source),
         DEAD_LETTER_PATH => Some(PeerRoute::DeadLetter),
+        USAGE_PATH => Some(PeerRoute::Usage),
         _ => None,
     }
 }
@@ -138,6 +145,10 @@ pub async fn handle(
             let mut answer = Response::new(empty());
             *answer.status_mut() = StatusCode::NO_CONTENT;
             Ok(answer)
+        }
+        PeerRoute::Usage => {
+            let question: UsageQuestion = serde_json::from_slice(&body).map_err(bad)?;
+            json_answer(&state.streams.local_project_usage(&question.project))
         }
     }
 }
@@ -240,6 +251,19 @@ impl SubscriptionPeers for HttpSubscriptionPeers {
 
     fn tails(&self, url: &str, request: TailsRequest) -> BoxFuture<Result<TailsAnswer, PeerError>> {
         let sent = self.post(url, TAILS_PATH, &request, None);
+        let url = url.to_string();
+        Box::pin(async move { decoded(&url, &sent.await?) })
+    }
+}
+
+impl HttpSubscriptionPeers {
+    /// A member's share of a project's usage.
+    pub fn usage(
+        &self,
+        url: &str,
+        question: &UsageQuestion,
+    ) -> BoxFuture<Result<UsageShare, PeerError>> {
+        let sent = self.post(url, USAGE_PATH, question, None);
         let url = url.to_string();
         Box::pin(async move { decoded(&url, &sent.await?) })
     }

@@ -140,6 +140,10 @@ pub fn parse_request(
         let op = raw::parse_stream_op(method, headers, query, config.dev_default_key)?;
         return Ok(Command::Stream { project, name, op });
     }
+    if let Some(rest) = path.strip_prefix(product::usage::PROJECTS_PREFIX) {
+        let route = product::usage::parse_project_route(method, rest, query)?;
+        return Ok(Command::Product { project, route });
+    }
     if is_product_path(path) {
         let route = product::parse_route(method, path, query, headers)?;
         return Ok(Command::Product { project, route });
@@ -260,7 +264,9 @@ impl Command {
 }
 
 fn is_product_path(path: &str) -> bool {
-    path == product::PREFIX || path.starts_with("/v1/streams/")
+    path == product::PREFIX
+        || path.starts_with("/v1/streams/")
+        || path.starts_with(product::usage::PROJECTS_PREFIX)
 }
 
 async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {

@@ -162,6 +162,14 @@ pub enum LimitKind {
 }
 
 impl LimitKind {
+    pub const ALL: [LimitKind; 5] = [
+        LimitKind::AppendRequests,
+        LimitKind::AppendBytes,
+        LimitKind::LiveReaders,
+        LimitKind::Collections,
+        LimitKind::StoredBytes,
+    ];
+
     /// The limit's name in a limits file and in error details.
     pub fn name(self) -> &'static str {
         match self {
@@ -226,6 +234,24 @@ struct ProjectState {
     requests: Option<Bucket>,
     bytes: Option<Bucket>,
     live_readers: u64,
+    /// The project's stored bytes and when they were summed.
+    stored: Option<(u64, u64)>,
+    /// Appends admitted, and their body bytes (for the metrics).
+    appends: u64,
+    append_bytes: u64,
+    /// Requests refused, by limit (in [`LimitKind`] order).
+    refused: [u64; 5],
+}
+
+/// What the metrics show of one project.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProjectCounts {
+    pub project: String,
+    pub appends: u64,
+    pub append_bytes: u64,
+    pub live_readers: u64,
+    /// Refusals by limit, in [`LimitKind::ALL`] order.
+    pub refused: [u64; 5],
 }
 
 /// The per-project limits in force and the state they are judged on.
@@ -258,47 +284,21 @@ impl Admission {
     /// or refuses it (taking nothing).
     pub fn admit_append(&self, project: &str, body_bytes: u64, now_ms: u64) -> Result<(), Refusal> {
         let limits = self.limits_of(project);
-        if limits.append_requests_per_second.is_none() && limits.append_bytes_per_second.is_none() {
-            return Ok(());
-        }
         let mut projects = self.projects.lock();
         let state = state_of(&mut projects, project);
-        let mut requests = limits
-            .append_requests_per_second
-            .map(|rate| refilled(&mut state.requests, rate, now_ms));
-        let mut bytes = limits
-            .append_bytes_per_second
-            .map(|rate| refilled(&mut state.bytes, rate, now_ms));
-        if let (Some(rate), Some(bucket)) = (limits.append_requests_per_second, &requests) {
-            let wait_ms = bucket.wait_ms(rate, 1000);
-            if wait_ms > 0 {
-                return Err(Refusal {
-                    kind: LimitKind::AppendRequests,
-                    limit: rate,
-                    retry_after_ms: wait_ms,
-                });
+        let judged = judge_append(state, &limits, body_bytes, now_ms);
+        match judged {
+            Ok(()) => {
+                state.appends += 1;
+                state.append_bytes += body_bytes;
+                // Until the next sum, the project stores about this much more.
+                if let Some((stored, _)) = state.stored.as_mut() {
+                    *stored = stored.saturating_add(body_bytes);
+                }
             }
+            Err(refusal) => state.refused[refusal.kind as usize] += 1,
         }
-        if let (Some(rate), Some(bucket)) = (limits.append_bytes_per_second, &bytes) {
-            // Admitted while anything is left; a large body runs into debt.
-            let wait_ms = bucket.wait_ms(rate, 1);
-            if wait_ms > 0 {
-                return Err(Refusal {
-                    kind: LimitKind::AppendBytes,
-                    limit: rate,
-                    retry_after_ms: wait_ms,
-                });
-            }
-        }
-        if let Some(bucket) = requests.as_mut() {
-            bucket.level_milli -= 1000;
-            state.requests = Some(*bucket);
-        }
-        if let Some(bucket) = bytes.as_mut() {
-            bucket.level_milli -= i128::from(body_bytes) * 1000;
-            state.bytes = Some(*bucket);
-        }
-        Ok(())
+        judged
     }
 
     /// A live reader's place in `project`'s budget, held until dropped.
@@ -308,6 +308,7 @@ impl Admission {
         let state = state_of(&mut projects, project);
         if let Some(limit) = limit {
             if state.live_readers >= limit {
+                state.refused[LimitKind::LiveReaders as usize] += 1;
                 return Err(Refusal {
                     kind: LimitKind::LiveReaders,
                     limit,
@@ -322,15 +323,41 @@ impl Admission {
         })
     }
 
+    /// Every project seen since start, with its counts (for the metrics).
+    pub fn project_counts(&self) -> Vec<ProjectCounts> {
+        self.projects
+            .lock()
+            .iter()
+            .map(|(project, s)| ProjectCounts {
+                project: project.to_string(),
+                appends: s.appends,
+                append_bytes: s.append_bytes,
+                live_readers: s.live_readers,
+                refused: s.refused,
+            })
+            .collect()
+    }
+
+    /// Counts a refusal judged outside the buckets (collections, stored
+    /// bytes) and answers it.
+    fn refuse(&self, project: &str, refusal: Refusal) -> Result<(), Refusal> {
+        let mut projects = self.projects.lock();
+        state_of(&mut projects, project).refused[refusal.kind as usize] += 1;
+        Err(refusal)
+    }
+
     /// Refuses a new collection when `project` has `existing` already and
     /// its limit allows no more.
     pub fn admit_collection(&self, project: &str, existing: u64) -> Result<(), Refusal> {
         match self.limits_of(project).collections {
-            Some(limit) if existing >= limit => Err(Refusal {
-                kind: LimitKind::Collections,
-                limit,
-                retry_after_ms: HELD_RETRY_AFTER_MS,
-            }),
+            Some(limit) if existing >= limit => self.refuse(
+                project,
+                Refusal {
+                    kind: LimitKind::Collections,
+                    limit,
+                    retry_after_ms: HELD_RETRY_AFTER_MS,
+                },
+            ),
             _ => Ok(()),
         }
     }
@@ -339,13 +366,30 @@ impl Admission {
     /// its limit allows no more.
     pub fn admit_stored(&self, project: &str, stored: u64) -> Result<(), Refusal> {
         match self.limits_of(project).stored_bytes {
-            Some(limit) if stored >= limit => Err(Refusal {
-                kind: LimitKind::StoredBytes,
-                limit,
-                retry_after_ms: HELD_RETRY_AFTER_MS,
-            }),
+            Some(limit) if stored >= limit => self.refuse(
+                project,
+                Refusal {
+                    kind: LimitKind::StoredBytes,
+                    limit,
+                    retry_after_ms: HELD_RETRY_AFTER_MS,
+                },
+            ),
             _ => Ok(()),
         }
+    }
+
+    /// `project`'s stored bytes as last summed, if that was at most
+    /// `fresh_ms` before `now_ms`.
+    pub fn stored_bytes_cached(&self, project: &str, now_ms: u64, fresh_ms: u64) -> Option<u64> {
+        let projects = self.projects.lock();
+        let (stored, at_ms) = projects.get(project)?.stored?;
+        (now_ms.saturating_sub(at_ms) <= fresh_ms).then_some(stored)
+    }
+
+    /// Remembers `project`'s stored bytes, summed at `now_ms`.
+    pub fn cache_stored_bytes(&self, project: &str, stored: u64, now_ms: u64) {
+        let mut projects = self.projects.lock();
+        state_of(&mut projects, project).stored = Some((stored, now_ms));
     }
 
     /// Live readers `project` holds now.
@@ -355,6 +399,52 @@ impl Admission {
             .get(project)
             .map_or(0, |state| state.live_readers)
     }
+}
+
+/// Takes one append request of `body_bytes` from `state`'s buckets under
+/// `limits`, or refuses it (taking nothing).
+fn judge_append(
+    state: &mut ProjectState,
+    limits: &ProjectLimits,
+    body_bytes: u64,
+    now_ms: u64,
+) -> Result<(), Refusal> {
+    let mut requests = limits
+        .append_requests_per_second
+        .map(|rate| refilled(&mut state.requests, rate, now_ms));
+    let mut bytes = limits
+        .append_bytes_per_second
+        .map(|rate| refilled(&mut state.bytes, rate, now_ms));
+    if let (Some(rate), Some(bucket)) = (limits.append_requests_per_second, &requests) {
+        let wait_ms = bucket.wait_ms(rate, 1000);
+        if wait_ms > 0 {
+            return Err(Refusal {
+                kind: LimitKind::AppendRequests,
+                limit: rate,
+                retry_after_ms: wait_ms,
+            });
+        }
+    }
+    if let (Some(rate), Some(bucket)) = (limits.append_bytes_per_second, &bytes) {
+        // Admitted while anything is left; a large body runs into debt.
+        let wait_ms = bucket.wait_ms(rate, 1);
+        if wait_ms > 0 {
+            return Err(Refusal {
+                kind: LimitKind::AppendBytes,
+                limit: rate,
+                retry_after_ms: wait_ms,
+            });
+        }
+    }
+    if let Some(bucket) = requests.as_mut() {
+        bucket.level_milli -= 1000;
+        state.requests = Some(*bucket);
+    }
+    if let Some(bucket) = bytes.as_mut() {
+        bucket.level_milli -= i128::from(body_bytes) * 1000;
+        state.bytes = Some(*bucket);
+    }
+    Ok(())
 }
 
 fn state_of<'a>(

@@ -93,6 +93,7 @@ impl Streams {
         let stream = stream_ref(&desc.value)?;
         let shard = self.shards.shard_for(&stream.id)?;
         entry.touch(self.now_ms());
+        self.count_read(&desc.value, 0, 0);
         Ok(ConsumerStream {
             desc,
             stream,

@@ -34,7 +34,11 @@ impl Streams {
         if let Some(existing) = current.clone() {
             match existing.value.state {
                 StreamState::SoftDeleted => return Err(ServiceError::RetainedForForks),
-                StreamState::Live if existing.value.expired_at(now, entry.last_access_ms()) => {
+                StreamState::Live
+                    if existing
+                        .value
+                        .expired_at(now, self.idle_since_ms(&entry, &existing.value)) =>
+                {
                     self.retire(project, &entry, &existing).await?;
                     current = entry.load().await?;
                 }
@@ -117,7 +121,9 @@ impl Streams {
         };
         let stream = StreamRef { id, incarnation };
         let shard = self.shards.shard_for(&id)?;
-        shard.create_stream(stream, &cipher).await?;
+        shard
+            .create_stream_for(stream, &cipher, Self::account_of(project))
+            .await?;
         let mut own = Vec::new();
         if let Some(prefix) = fork.as_ref().and_then(|f| f.prefix.clone()) {
             own.push(prefix);
@@ -194,7 +200,9 @@ impl Streams {
         }
         tracing::warn!(name = %d.name, "a create met its descriptor without its records' stream; finishing the create");
         let cipher = self.ciphers.cipher_for(d, key)?;
-        shard.create_stream(stream, &cipher).await?;
+        shard
+            .create_stream_for(stream, &cipher, Self::account_of(&d.project))
+            .await?;
         let records = self.records_of(&d.content_type, &spec.body, true)?;
         if !records.is_empty() || spec.closed {
             let mut request = AppendRequest::new(stream, cipher, records);

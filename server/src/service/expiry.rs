@@ -22,15 +22,16 @@ impl Streams {
         if !desc.value.is_live() {
             return Ok(None);
         }
-        if !desc.value.expired_at(self.now_ms(), entry.last_access_ms()) {
-            return Ok(desc.value.expiry_deadline_ms(entry.last_access_ms()));
+        let idle_since_ms = self.idle_since_ms(&entry, &desc.value);
+        if !desc.value.expired_at(self.now_ms(), idle_since_ms) {
+            return Ok(desc.value.expiry_deadline_ms(idle_since_ms));
         }
         let _guard = entry.changes.lock().await;
         if let Some(current) = entry.load().await? {
             if current.value.is_live()
                 && current
                     .value
-                    .expired_at(self.now_ms(), entry.last_access_ms())
+                    .expired_at(self.now_ms(), self.idle_since_ms(&entry, &current.value))
             {
                 self.retire(project, &entry, &current).await?;
                 tracing::info!(project, name, "stream expired");

@@ -9,5 +9,8 @@ pub const FORK_DEPTH_MAX: usize = 64;
 /// Engine reads one service read makes at most (each moves past at most
 /// about a page budget of other keys' records).
 pub const READ_ROUNDS_MAX: usize = 64;
+/// How often tallied reads are written to their shards, by default
+/// (`--usage-flush-ms`; see `usage`).
+pub const USAGE_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// Longest a catalog listing waits for the start-up scan's repairs.
 pub const STARTUP_SCAN_WAIT_MAX: Duration = Duration::from_secs(10);

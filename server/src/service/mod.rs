@@ -18,7 +18,8 @@
 //! * `model`, `error`, `deadline`, `media`, `limits` — the values the
 //!   operations take and answer;
 //! * `admission` — per-project limits (rates, live readers, collections,
-//!   stored bytes) and the state they are judged on.
+//!   stored bytes) and the state they are judged on; `usage` — what each
+//!   collection and project holds and does (reads tallied, then logged).
 
 pub mod admission;
 pub mod catalog;
@@ -48,6 +49,7 @@ mod media;
 mod model;
 mod observe;
 mod read;
+mod read_tally;
 mod reaper;
 mod retire;
 pub mod routing;
@@ -56,6 +58,7 @@ pub mod sources;
 mod stale;
 mod startup;
 mod streams;
+pub mod usage;
 pub mod watches;
 
 pub use consumer_delivery::{

@@ -183,6 +183,8 @@ pub struct StreamsConfig {
     /// Tests only: abort the process (as kill -9 would stop it) at this
     /// step of a dead letter.
     pub crash_at: Option<DeadLetterStep>,
+    /// How often tallied reads are written to their shards (`usage`).
+    pub usage_flush_interval: std::time::Duration,
 }
 
 /// The steps of a dead letter a crash test stops at.
@@ -214,6 +216,7 @@ impl Default for StreamsConfig {
             default_content_type: "application/octet-stream".into(),
             watch_observations_max: super::watches::OBSERVERS_DEFAULT,
             crash_at: None,
+            usage_flush_interval: super::limits::USAGE_FLUSH_INTERVAL_DEFAULT,
         }
     }
 }

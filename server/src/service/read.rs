@@ -118,6 +118,8 @@ impl Streams {
             .read_chain(project, &levels, from, tail, view, key)
             .await?;
         entry.touch(self.now_ms());
+        let bytes: usize = records.iter().map(|r| r.payload.len()).sum();
+        self.count_read(&desc.value, 1, bytes as u64);
         Ok(ReadOutcome {
             records,
             from,
@@ -146,6 +148,7 @@ impl Streams {
         let own = position.saturating_sub(base);
         let outcome = shard.wait_for(&stream, own, timeout).await?;
         entry.touch(self.now_ms());
+        self.count_read(&desc.value, 0, 0);
         Ok(match outcome {
             WaitOutcome::Ready { tail, closed } => WaitOutcome::Ready {
                 tail: base + tail,

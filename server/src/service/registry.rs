@@ -392,7 +392,9 @@ impl Registry {
             ),
             known: RwLock::new(Known::Unloaded),
             changes: tokio::sync::Mutex::new(()),
-            last_access_ms: AtomicU64::new(self.started_ms),
+            // Accessed in this process: not yet (the shard knows earlier
+            // accesses; see `Streams::idle_since_ms`).
+            last_access_ms: AtomicU64::new(0),
         });
         entries.insert(name.to_string(), entry.clone());
         entry

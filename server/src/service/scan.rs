@@ -88,6 +88,7 @@ impl Streams {
         self.scan_levels(project, &levels, &mut cursor, &mut fill, key)
             .await?;
         entry.touch(self.now_ms());
+        self.count_read(&desc.value, 1, fill.bytes as u64);
         debug_assert!(cursor.position <= cursor.end);
         Ok(ScanPage {
             items: fill.items,

@@ -27,14 +27,13 @@ impl Streams {
     /// of the registry; answers how many were queued.
     pub async fn schedule_shard_expiries(&self, index: ShardIndex) -> Result<usize, ServiceError> {
         let scan = self.registry.scan().await?;
-        let now_ms = self.now_ms();
         let mut queued = 0;
         for desc in &scan.live {
             let Some(id) = desc.stream_id_bytes() else {
                 continue;
             };
             if self.shards.index_of(&id) == index && desc.expiry_deadline_ms(0).is_some() {
-                self.schedule_expiry(&desc.project, desc, now_ms);
+                self.schedule_expiry(&desc.project, desc, self.durable_access_ms(desc));
                 queued += 1;
             }
         }
@@ -49,11 +48,10 @@ impl Streams {
 
     pub(super) async fn scan_registry(&self) -> Result<StartupScan, ServiceError> {
         let scan = self.registry.scan().await?;
-        let started_ms = self.registry.started_ms();
         let mut report = StartupScan::default();
         for desc in &scan.live {
             if desc.expiry_deadline_ms(0).is_some() {
-                self.schedule_expiry(&desc.project, desc, started_ms);
+                self.schedule_expiry(&desc.project, desc, self.durable_access_ms(desc));
                 report.expiring += 1;
             }
         }

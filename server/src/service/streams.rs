@@ -58,6 +58,8 @@ pub struct Streams {
     pub(super) live_consumers: super::consumer_live::LiveConsumers,
     /// Per-project limits and their state (see `admission`).
     pub(super) admission: Arc<super::admission::Admission>,
+    /// Reads not yet written to their shards (see `usage`).
+    pub(super) read_tally: Arc<super::read_tally::ReadTally>,
 }
 
 impl Streams {
@@ -101,6 +103,7 @@ impl Streams {
             admission: Arc::new(super::admission::Admission::new(
                 super::admission::LimitsTable::unlimited(),
             )),
+            read_tally: Default::default(),
         }
     }
 
@@ -210,7 +213,8 @@ impl Streams {
             StreamState::SoftDeleted => return Err(ServiceError::Gone),
             StreamState::Live => {}
         }
-        if desc.value.expired_at(self.now_ms(), entry.last_access_ms()) {
+        let idle_since_ms = self.idle_since_ms(&entry, &desc.value);
+        if desc.value.expired_at(self.now_ms(), idle_since_ms) {
             let _guard = entry.changes.lock().await;
             if let Some(current) = entry.load().await? {
                 if current.value.is_live() {
@@ -219,7 +223,7 @@ impl Streams {
             }
             return Err(ServiceError::NotFound);
         }
-        self.schedule_expiry(project, &desc.value, entry.last_access_ms());
+        self.schedule_expiry(project, &desc.value, idle_since_ms);
         Ok((entry, desc))
     }
 

@@ -12,8 +12,11 @@
 //!   gauges from the engine (`Shard::metrics`), and the live connections.
 //!
 //! Label values come from closed sets: surfaces, methods, status classes and
-//! shard names (fixed by the store's topology). No stream, collection or
-//! project name is ever a label, so the number of series is bounded by the
+//! shard names (fixed by the store's topology). No stream or collection name
+//! is ever a label. Project names are, for the per-project families
+//! ([`ProjectCollector`]), but only the [`PROJECT_SERIES_MAX`] projects with
+//! the most appended bytes: the others are summed under `project="_other"`
+//! (a name no project can have), so the number of series is bounded by the
 //! configuration, not by the traffic.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -170,7 +173,12 @@ impl HttpMetrics {
             counts: counts.clone(),
             live,
         }));
-        registry.register_collector(Box::new(ShardCollector { streams }));
+        registry.register_collector(Box::new(ShardCollector {
+            streams: streams.clone(),
+        }));
+        registry.register_collector(Box::new(super::metrics_projects::ProjectCollector {
+            streams,
+        }));
         let chunk_cache = Arc::new(std::sync::OnceLock::new());
         registry.register_collector(Box::new(CacheCollector {
             cache: chunk_cache.clone(),

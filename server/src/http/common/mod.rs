@@ -4,17 +4,20 @@
 //! reading — bounded bodies, header text, stream names, producer headers
 //! ([`request`]) — and response building — bodies, the headers every answer
 //! carries, the CORS preflight, record rendering ([`response`]) — and the
-//! fleet's peer key ([`peer_key`]) and the metrics (`/metrics`, [`metrics`]).
+//! fleet's peer key ([`peer_key`]), the metrics (`/metrics`, [`metrics`]) and a
+//! project's usage over the fleet ([`usage`]).
 //!
 //! Nothing here knows a route: the router and the surfaces import this
 //! module, never the other way round.
 
 pub mod error;
 pub mod metrics;
+pub mod metrics_projects;
 pub mod peer_key;
 pub mod request;
 pub mod response;
 pub mod state;
+pub mod usage;
 
 pub use error::{ApiError, ApiResult, REPLAY_TO};
 pub use request::{

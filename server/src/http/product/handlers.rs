@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use strata_engine::ProducerClaim;
 use strata_segments::StreamKey;
 
+use super::super::common::usage::admit_stored;
 use super::super::common::{
     empty, full, read_body, render, set, ApiError, ApiResult, AppState, Body, ProducerHeaders,
 };
@@ -25,6 +26,7 @@ use super::consumers;
 use super::errors::{bad, error, service_error, write_error, LIVE_CAPACITY_CODE};
 use super::parse::{seal_body, AppendCall, CollectionOp, CursorParam, ProductRoute, Transport};
 use super::scan::{scan, ScanCall};
+use super::usage;
 use super::watches;
 use crate::ds::json::{self, TopLevel};
 use crate::service::catalog::CatalogCursor;
@@ -73,6 +75,7 @@ pub async fn handle(
 ) -> ApiResult {
     let result = match route {
         ProductRoute::Catalog { cursor, limit } => catalog(&state, &project, cursor, limit).await,
+        ProductRoute::ProjectUsage { named } => usage::project(&state, &project, &named).await,
         ProductRoute::Collection { name, op } => {
             let body = request.into_body();
             match *op {
@@ -120,6 +123,7 @@ pub async fn handle(
                     };
                     read(state.clone(), call, cursor, transport).await
                 }
+                CollectionOp::Usage => usage::collection(&state, &project, &name).await,
                 CollectionOp::Watches => watches::definitions(&state, &project, &name, None).await,
                 CollectionOp::Watch { watch } => {
                     watches::definitions(&state, &project, &name, Some(&watch)).await
@@ -327,6 +331,7 @@ async fn append(
     streams
         .admit_append(project, body.len())
         .map_err(service_error)?;
+    admit_stored(state, project).await.map_err(service_error)?;
     let records = if !json_stream {
         if body.is_empty() {
             return Err(bad("empty_body", "a record needs a body"));
@@ -425,6 +430,7 @@ async fn seal(
     streams
         .admit_append(project, body.len())
         .map_err(service_error)?;
+    admit_stored(state, project).await.map_err(service_error)?;
     let parsed = seal_body(&body)?;
     let Some(final_record) = parsed.final_record else {
         // Seal only: idempotent, no key needed.

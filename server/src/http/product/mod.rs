@@ -15,6 +15,7 @@
 //! * `PUT/GET/DELETE …/consumers/{c}`, `POST …/consumers/{c}:pull` and
 //!   `:settle`: consumer groups ([`consumers`]).
 //! * `GET /v1/streams`: the catalog.
+//! * `GET …/usage`, `GET /v1/projects/{p}/usage`: usage ([`usage`]).
 //!
 //! Every answer is `Cache-Control: no-store`, and the stream key
 //! (`Prisma-Encryption-Key`), tokens, routing keys and payloads are never
@@ -27,6 +28,7 @@ pub mod errors;
 pub mod handlers;
 pub mod parse;
 pub mod scan;
+pub mod usage;
 pub mod watches;
 
 pub use handlers::{handle, metadata_json};

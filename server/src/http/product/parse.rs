@@ -34,7 +34,7 @@ pub const PREFIX: &str = "/v1/streams";
 pub const NAME_BYTES_MAX: usize = 512;
 
 /// Path segments a name may not end with (they are subresources).
-const RESERVED_LAST_SEGMENTS: [&str; 3] = ["records", "consumers", "watches"];
+const RESERVED_LAST_SEGMENTS: [&str; 4] = ["records", "consumers", "watches", "usage"];
 
 /// Inputs of the raw surface or of removed designs, refused on every route.
 const REMOVED_HEADERS: [&str; 9] = [
@@ -67,6 +67,10 @@ pub enum ProductRoute {
         name: String,
         op: Box<CollectionOp>,
     },
+    /// `GET /v1/projects/{project}/usage` (the project it names).
+    ProjectUsage {
+        named: String,
+    },
 }
 
 impl ProductRoute {
@@ -78,7 +82,7 @@ impl ProductRoute {
                 CollectionOp::Observe(call) => Some(call.project()),
                 _ => None,
             },
-            ProductRoute::Catalog { .. } => None,
+            ProductRoute::Catalog { .. } | ProductRoute::ProjectUsage { .. } => None,
         }
     }
 }
@@ -119,6 +123,8 @@ pub enum CollectionOp {
         max_bytes: usize,
         transport: Transport,
     },
+    /// The collection's usage (docs/API.md §13).
+    Usage,
     /// The collection's watch definitions.
     Watches,
     /// One watch definition.
@@ -297,6 +303,7 @@ enum Target {
     Sse,
     Seal,
     Scan,
+    Usage,
     Consumer(ConsumerVerb),
 }
 
@@ -360,6 +367,9 @@ fn split_target(rest: &str) -> Result<(&str, Target), ApiError> {
     if let Some(name) = rest.strip_suffix(":scan") {
         return Ok((name, Target::Scan));
     }
+    if let Some(name) = rest.strip_suffix("/usage") {
+        return Ok((name, Target::Usage));
+    }
     if let Some(split) = split_consumer(rest) {
         let (name, _, verb) = split?;
         return Ok((name, Target::Consumer(verb)));
@@ -386,7 +396,7 @@ pub fn collection_name(raw: &str) -> Result<String, ApiError> {
     let last = name.rsplit('/').next().unwrap_or("");
     if RESERVED_LAST_SEGMENTS.contains(&last) {
         return Err(invalid(
-            "a name cannot end in 'records', 'consumers' or 'watches'",
+            "a name cannot end in 'records', 'consumers', 'watches' or 'usage'",
         ));
     }
     Ok(name)
@@ -620,7 +630,8 @@ pub fn parse_route(
                 )?,
             }
         }
-        (Target::Scan, _) => return Err(method_not_allowed("GET")),
+        (Target::Usage, Method::GET) => allow_only(&[]).map(|()| CollectionOp::Usage)?,
+        (Target::Scan, _) | (Target::Usage, _) => return Err(method_not_allowed("GET")),
         (Target::Records, Method::POST) | (Target::Batch, Method::POST) => {
             allow_only(&[])?;
             CollectionOp::Append(AppendCall {

@@ -134,6 +134,7 @@ async fn append(
 ) -> ApiResult {
     let body = read_body(body, state.config.max_body_bytes).await?;
     state.streams.admit_append(project, body.len())?;
+    super::super::common::usage::admit_stored(&state, project).await?;
     let spec = request.spec(body)?;
     let producer = spec.producer.clone();
     let has_body = !spec.body.is_empty();

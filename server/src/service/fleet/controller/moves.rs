@@ -191,6 +191,9 @@ impl Fleet {
                 return None;
             }
         }
+        // Reads tallied for its streams go with the shard (while it is
+        // still served here).
+        self.streams.flush_usage().await;
         let handed = Owner {
             handed_off_here: true,
             ..to
