@@ -706,6 +706,11 @@ async fn bad_input_gets_the_documented_4xx() {
     Api::send(req(Method::GET, "x/records:tail"))
         .await
         .expect_error(404, "unknown_route");
+    // The path decides the methods: another one is 405 before the query is judged.
+    let trace = Method::from_bytes(b"TRACE").unwrap();
+    let traced = Api::send(req(trace, "x/records:long-poll").pairs(&[("routingKey", "a")])).await;
+    traced.expect_error(405, "method_not_allowed");
+    assert_eq!(traced.header("allow"), Some("GET"));
     // Keys.
     let no_key = Api::send(api.keyless(Method::GET, &api.url("x/records"))).await;
     no_key.expect_error(400, "missing_key");

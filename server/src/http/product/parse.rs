@@ -205,18 +205,14 @@ fn split_watch_path(rest: &str) -> Option<(&str, WatchPath<'_>)> {
     }
 }
 
-/// The route of a watch path (`None`: not one).
+/// The route of a watch path (`None`: not one; only `GET` reaches here).
 fn watch_route(
-    method: &Method,
     rest: &str,
     headers: &HeaderMap,
     param: &dyn Fn(&str) -> Option<String>,
     allow_only: &dyn Fn(&[&str]) -> Result<(), ApiError>,
 ) -> Option<Result<ProductRoute, ApiError>> {
     let (raw_name, path) = split_watch_path(rest)?;
-    if method != Method::GET {
-        return Some(Err(method_not_allowed("GET")));
-    }
     Some(collection_name(raw_name).and_then(|name| {
         Ok(ProductRoute::Collection {
             name,
@@ -298,6 +294,18 @@ enum Target {
     Seal,
     Scan,
     Consumer(ConsumerVerb),
+}
+
+impl Target {
+    /// The methods the target takes, as `Allow` lists them.
+    fn methods(self) -> &'static str {
+        match self {
+            Target::Collection | Target::Consumer(ConsumerVerb::Config) => "GET, PUT, DELETE",
+            Target::Records => "GET, POST",
+            Target::Batch | Target::Seal | Target::Consumer(_) => "POST",
+            Target::LongPoll | Target::Sse | Target::Scan => "GET",
+        }
+    }
 }
 
 /// What a `…/consumers/{c}` path asks of the consumer.
@@ -508,6 +516,21 @@ pub fn parse_route(
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<ProductRoute, ApiError> {
+    // The path names the route and the route its methods: another method is
+    // 405 before any other input is judged.
+    let rest = match path.strip_prefix(PREFIX) {
+        Some("") | Some("/") => None,
+        Some(rest) => Some(rest.strip_prefix('/').ok_or_else(unknown_route)?),
+        None => return Err(unknown_route()),
+    };
+    let methods = match rest {
+        None => "GET",
+        Some(rest) if split_watch_path(rest).is_some() => "GET",
+        Some(rest) => split_target(rest)?.1.methods(),
+    };
+    if !methods.split(", ").any(|m| m == method.as_str()) {
+        return Err(method_not_allowed(methods));
+    }
     if let Some(removed) = REMOVED_HEADERS.iter().find(|h| headers.contains_key(**h)) {
         return Err(bad(
             "unknown_field",
@@ -543,34 +566,27 @@ pub fn parse_route(
             )),
             None => Ok(()),
         };
-    let rest = match path.strip_prefix(PREFIX) {
-        Some("") | Some("/") => {
-            if method != Method::GET {
-                return Err(method_not_allowed("GET"));
-            }
-            allow_only(&["cursor", "limit"])?;
-            let cursor = match param("cursor") {
-                None | Some("") => None,
-                Some(text) => Some(
-                    CatalogCursor::decode(text)
-                        .ok_or_else(|| bad("invalid_cursor", "not a catalog cursor"))?,
-                ),
-            };
-            let limit = match param("limit") {
-                None => PAGE_LIMIT_DEFAULT,
-                Some(text) => text
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
-                    .ok_or_else(|| bad("invalid_parameter", "limit is 1 to 1000"))?,
-            };
-            return Ok(ProductRoute::Catalog { cursor, limit });
-        }
-        Some(rest) => rest.strip_prefix('/').ok_or_else(unknown_route)?,
-        None => return Err(unknown_route()),
+    let Some(rest) = rest else {
+        allow_only(&["cursor", "limit"])?;
+        let cursor = match param("cursor") {
+            None | Some("") => None,
+            Some(text) => Some(
+                CatalogCursor::decode(text)
+                    .ok_or_else(|| bad("invalid_cursor", "not a catalog cursor"))?,
+            ),
+        };
+        let limit = match param("limit") {
+            None => PAGE_LIMIT_DEFAULT,
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
+                .ok_or_else(|| bad("invalid_parameter", "limit is 1 to 1000"))?,
+        };
+        return Ok(ProductRoute::Catalog { cursor, limit });
     };
     let owned_param = |name: &str| param(name).map(str::to_string);
-    if let Some(route) = watch_route(method, rest, headers, &owned_param, &allow_only) {
+    if let Some(route) = watch_route(rest, headers, &owned_param, &allow_only) {
         return route;
     }
     let (raw_name, target) = split_target(rest)?;
@@ -595,7 +611,7 @@ pub fn parse_route(
                 },
                 Method::GET => CollectionOp::Metadata,
                 Method::DELETE => CollectionOp::Delete,
-                _ => return Err(method_not_allowed("GET, PUT, DELETE")),
+                _ => return Err(method_not_allowed(target.methods())),
             }
         }
         (Target::Seal, Method::POST) => {
@@ -605,7 +621,6 @@ pub fn parse_route(
                 producer: producer(headers),
             }
         }
-        (Target::Seal, _) => return Err(method_not_allowed("POST")),
         (Target::Scan, Method::GET) => {
             allow_only(&["cursor", "maxBytes"])?;
             CollectionOp::Scan {
@@ -620,7 +635,6 @@ pub fn parse_route(
                 )?,
             }
         }
-        (Target::Scan, _) => return Err(method_not_allowed("GET")),
         (Target::Records, Method::POST) | (Target::Batch, Method::POST) => {
             allow_only(&[])?;
             CollectionOp::Append(AppendCall {
@@ -635,7 +649,6 @@ pub fn parse_route(
                 producer: producer(headers),
             })
         }
-        (Target::Batch, _) => return Err(method_not_allowed("POST")),
         (Target::Records, Method::GET)
         | (Target::LongPoll, Method::GET)
         | (Target::Sse, Method::GET) => {
@@ -675,9 +688,8 @@ pub fn parse_route(
                 transport,
             }
         }
-        (Target::Records, _) => return Err(method_not_allowed("GET, POST")),
-        (Target::LongPoll, _) | (Target::Sse, _) => return Err(method_not_allowed("GET")),
-        (Target::Consumer(_), _) => return Err(unknown_route()),
+        // Refused above already (the path decides the methods).
+        (target, _) => return Err(method_not_allowed(target.methods())),
     };
     Ok(ProductRoute::Collection {
         name,
@@ -702,7 +714,6 @@ fn consumer_op(
             consumer,
             version: consumer_version(headers),
         },
-        (ConsumerVerb::Config, _) => return Err(method_not_allowed("GET, PUT, DELETE")),
         (ConsumerVerb::Pull, Method::POST) => CollectionOp::Pull {
             consumer,
             key: stream_key(headers)?,
@@ -711,7 +722,8 @@ fn consumer_op(
             consumer,
             key: stream_key(headers)?,
         },
-        (_, _) => return Err(method_not_allowed("POST")),
+        // Refused by `parse_route` already (the path decides the methods).
+        (verb, _) => return Err(method_not_allowed(Target::Consumer(verb).methods())),
     })
 }
 
