@@ -476,6 +476,17 @@ fn producer(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
     Ok(parsed)
 }
 
+/// A whole number in the query (ASCII digits, optionally after `+`). Every
+/// such parameter is clamped, so one beyond `u64` counts as `u64::MAX`.
+fn whole_param(name: &str, text: &str) -> Result<u64, ApiError> {
+    let digits = text.strip_prefix('+').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        let message = format!("{name} must be a whole number");
+        return Err(bad("invalid_parameter", message));
+    }
+    Ok(digits.parse().unwrap_or(u64::MAX))
+}
+
 /// `maxBytes`: a whole number, clamped into `bounds`.
 fn max_bytes_param(
     value: Option<&str>,
@@ -484,9 +495,7 @@ fn max_bytes_param(
 ) -> Result<usize, ApiError> {
     match value {
         None => Ok(default),
-        Some(text) => Ok(text
-            .parse::<u64>()
-            .map_err(|_| bad("invalid_parameter", "maxBytes must be a whole number"))?
+        Some(text) => Ok(whole_param("maxBytes", text)?
             .clamp(*bounds.start() as u64, *bounds.end() as u64) as usize),
     }
 }
@@ -496,15 +505,7 @@ fn max_bytes_param(
 fn wait_param(name: &str, value: Option<&str>) -> Result<Duration, ApiError> {
     let ms = match value {
         None => WAIT_MS_MAX,
-        Some(text) => text
-            .parse::<u64>()
-            .map_err(|_| {
-                bad(
-                    "invalid_parameter",
-                    format!("{name} must be a whole number"),
-                )
-            })?
-            .min(WAIT_MS_MAX),
+        Some(text) => whole_param(name, text)?.min(WAIT_MS_MAX),
     };
     Ok(Duration::from_millis(ms))
 }
