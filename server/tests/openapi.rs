@@ -1502,3 +1502,60 @@ async fn every_documented_operation_answers_as_documented() {
         missing.join("\n")
     );
 }
+
+/// Every documented path answers a method the document does not list for it
+/// (`OPTIONS` is the CORS preflight everywhere) with 405 `method_not_allowed`
+/// and an `Allow` header naming exactly the documented methods (and `HEAD`
+/// beside `GET` on the operational routes), before any other input is judged:
+/// the query here would be refused on every route.
+#[tokio::test]
+async fn undocumented_methods_answer_405_with_allow() {
+    let spec = Spec::load();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path().to_str().unwrap(),
+        free_port(),
+        &["--project-token", &format!("alpha:{TOKEN}")],
+    )
+    .await;
+    let http = client();
+    let methods = ["GET", "PUT", "POST", "DELETE", "PATCH", "TRACE", "QUERY"];
+    let mut sent = 0;
+    for (path, item) in spec.doc["paths"].as_object().expect("paths") {
+        let documented: BTreeSet<String> = item
+            .as_object()
+            .expect("path item")
+            .keys()
+            .filter(|m| methods.contains(&m.to_ascii_uppercase().as_str()))
+            .map(|m| m.to_ascii_uppercase())
+            .collect();
+        let concrete = path
+            .replace("{name}", "c")
+            .replace("{consumer}", "k")
+            .replace("{watch}", "w")
+            .replace("{watchKey}", "0123456789abcdef");
+        let url = format!("{}{concrete}?routingKey=r&colour=red", server.base);
+        for method in methods.iter().filter(|m| !documented.contains(**m)) {
+            let method = Method::from_bytes(method.as_bytes()).unwrap();
+            let request = http.request(method.clone(), &url).bearer_auth(TOKEN);
+            let answer = Answer::from(request.send().await.expect("sent")).await;
+            let what = format!("{method} {path}");
+            assert_eq!(answer.status, 405, "{what}: {}", answer.text());
+            assert_eq!(
+                answer.json()["error"]["code"],
+                "method_not_allowed",
+                "{what}"
+            );
+            let allow: BTreeSet<String> = answer
+                .header("allow")
+                .unwrap_or_else(|| panic!("{what}: no Allow header"))
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| m != "HEAD")
+                .collect();
+            assert_eq!(allow, documented, "{what}: Allow");
+            sent += 1;
+        }
+    }
+    assert!(sent > 60, "only {sent} requests");
+}

@@ -706,6 +706,20 @@ async fn bad_input_gets_the_documented_4xx() {
     Api::send(req(Method::GET, "x/records:tail"))
         .await
         .expect_error(404, "unknown_route");
+    // The path decides the methods: another one is 405 before the query is judged.
+    let trace = Method::from_bytes(b"TRACE").unwrap();
+    let traced = Api::send(req(trace, "x/records:long-poll").pairs(&[("routingKey", "a")])).await;
+    traced.expect_error(405, "method_not_allowed");
+    assert_eq!(traced.header("allow"), Some("GET"));
+    // Whole numbers past u64 are clamped like any other large value.
+    let huge = "1".repeat(30);
+    let page = Api::send(req(Method::GET, "x/records").pairs(&[("maxBytes", &huge)])).await;
+    assert_eq!(page.status, 200, "{}", page.text());
+    for bad in ["1.5", "-1", "+", "1e3", ""] {
+        Api::send(req(Method::GET, "x/records").pairs(&[("maxBytes", bad)]))
+            .await
+            .expect_error(400, "invalid_parameter");
+    }
     // Keys.
     let no_key = Api::send(api.keyless(Method::GET, &api.url("x/records"))).await;
     no_key.expect_error(400, "missing_key");

@@ -303,7 +303,10 @@ fuzz_target!(|input: Input| {
     }
     match command {
         Command::Preflight => assert_eq!(method, Method::OPTIONS),
-        Command::Health => assert_eq!(path, "/healthz"),
+        Command::Health => {
+            assert_eq!(path, "/healthz");
+            assert!(method == Method::GET || method == Method::HEAD);
+        }
         Command::Root => {
             assert_eq!(path, "/");
             assert!(method == Method::GET || method == Method::HEAD);

@@ -53,7 +53,7 @@ pub struct ParseConfig<'a> {
 pub enum Command {
     /// `OPTIONS` on any path: the CORS preflight.
     Preflight,
-    /// `/healthz`.
+    /// `GET /healthz`: liveness (no token).
     Health,
     /// `GET /`: what this server is (no token needed, nothing secret).
     Root,
@@ -95,14 +95,18 @@ pub fn parse_request(
     if method == Method::OPTIONS {
         return Ok(Command::Preflight);
     }
-    if path == "/healthz" {
-        return Ok(Command::Health);
-    }
-    if path == "/" && (method == Method::GET || method == Method::HEAD) {
-        return Ok(Command::Root);
-    }
-    if path == "/metrics" && (method == Method::GET || method == Method::HEAD) {
-        return Ok(Command::Metrics);
+    // The operational routes take GET and HEAD only, with or without a token.
+    let command = match path {
+        "/healthz" => Some(Command::Health),
+        "/" => Some(Command::Root),
+        "/metrics" => Some(Command::Metrics),
+        _ => None,
+    };
+    if let Some(command) = command {
+        if method != Method::GET && method != Method::HEAD {
+            return Err(product::errors::method_not_allowed("GET, HEAD"));
+        }
+        return Ok(command);
     }
     if path == fleet_http::HINT_PATH && method == Method::POST {
         return Ok(Command::FleetHint(fleet_http::parse_hint(headers)));

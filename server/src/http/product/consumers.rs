@@ -16,6 +16,7 @@ use strata_segments::StreamKey;
 use super::super::common::{full, read_body, set, ApiError, ApiResult, AppState, Body};
 use super::errors::{bad, error, service_error};
 use super::parse::CONSUMER_VERSION_HEADER;
+use crate::service::product::config::whole_number;
 use crate::service::product::consumer_config::{
     ConsumerSettings, CONSUMER_CONFIG_BYTES_MAX, VISIBILITY_MS_MAX, VISIBILITY_MS_MIN,
 };
@@ -195,8 +196,7 @@ fn whole(
 ) -> Result<Option<u64>, ApiError> {
     match fields.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
+        Some(v) => whole_number(v)
             .filter(|n| bounds.contains(n))
             .map(Some)
             .ok_or_else(|| {

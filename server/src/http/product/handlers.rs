@@ -24,8 +24,9 @@ use super::super::common::{
 use super::super::live::{self, is_binary, LiveRead, Pace, SseFraming};
 use super::consumers;
 use super::errors::{bad, error, service_error, write_error, LIVE_CAPACITY_CODE};
-use super::parse::{seal_body, AppendCall, CollectionOp, CursorParam, ProductRoute, Transport};
+use super::parse::{AppendCall, CollectionOp, CursorParam, ProductRoute, Transport};
 use super::scan::{scan, ScanCall};
+use super::seal_body::seal_body;
 use super::usage;
 use super::watches;
 use crate::ds::json::{self, TopLevel};

@@ -28,6 +28,7 @@ pub mod errors;
 pub mod handlers;
 pub mod parse;
 pub mod scan;
+pub mod seal_body;
 pub mod usage;
 pub mod watches;
 

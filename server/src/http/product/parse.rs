@@ -17,7 +17,6 @@ use super::super::common::{
     ascii_header, decode_stream_name, producer_headers, ApiError, ProducerHeaders,
 };
 use super::errors::{bad, error, method_not_allowed, unknown_route};
-use crate::ds::json;
 use crate::service::catalog::{CatalogCursor, PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 use crate::service::product::consumer_config::valid_consumer_name;
 use crate::service::product::scan_cursor::{SCAN_BYTES_DEFAULT, SCAN_BYTES_MAX, SCAN_BYTES_MIN};
@@ -211,18 +210,14 @@ fn split_watch_path(rest: &str) -> Option<(&str, WatchPath<'_>)> {
     }
 }
 
-/// The route of a watch path (`None`: not one).
+/// The route of a watch path (`None`: not one; only `GET` reaches here).
 fn watch_route(
-    method: &Method,
     rest: &str,
     headers: &HeaderMap,
     param: &dyn Fn(&str) -> Option<String>,
     allow_only: &dyn Fn(&[&str]) -> Result<(), ApiError>,
 ) -> Option<Result<ProductRoute, ApiError>> {
     let (raw_name, path) = split_watch_path(rest)?;
-    if method != Method::GET {
-        return Some(Err(method_not_allowed("GET")));
-    }
     Some(collection_name(raw_name).and_then(|name| {
         Ok(ProductRoute::Collection {
             name,
@@ -305,6 +300,18 @@ enum Target {
     Scan,
     Usage,
     Consumer(ConsumerVerb),
+}
+
+impl Target {
+    /// The methods the target takes, as `Allow` lists them.
+    fn methods(self) -> &'static str {
+        match self {
+            Target::Collection | Target::Consumer(ConsumerVerb::Config) => "GET, PUT, DELETE",
+            Target::Records => "GET, POST",
+            Target::Batch | Target::Seal | Target::Consumer(_) => "POST",
+            Target::LongPoll | Target::Sse | Target::Scan | Target::Usage => "GET",
+        }
+    }
 }
 
 /// What a `…/consumers/{c}` path asks of the consumer.
@@ -453,7 +460,7 @@ fn optional_key(headers: &HeaderMap) -> Result<Option<StreamKey>, ApiError> {
 }
 
 /// A routing key: exact UTF-8 bytes, at most 1,024.
-fn routing_key_bytes(bytes: &[u8]) -> Result<Bytes, ApiError> {
+pub(super) fn routing_key_bytes(bytes: &[u8]) -> Result<Bytes, ApiError> {
     if bytes.len() > ROUTING_KEY_BYTES_MAX || std::str::from_utf8(bytes).is_err() {
         return Err(bad(
             "invalid_routing_key",
@@ -478,6 +485,17 @@ fn producer(headers: &HeaderMap) -> Result<Option<ProducerHeaders>, ApiError> {
     Ok(parsed)
 }
 
+/// A whole number in the query (ASCII digits, optionally after `+`). Every
+/// such parameter is clamped, so one beyond `u64` counts as `u64::MAX`.
+fn whole_param(name: &str, text: &str) -> Result<u64, ApiError> {
+    let digits = text.strip_prefix('+').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        let message = format!("{name} must be a whole number");
+        return Err(bad("invalid_parameter", message));
+    }
+    Ok(digits.parse().unwrap_or(u64::MAX))
+}
+
 /// `maxBytes`: a whole number, clamped into `bounds`.
 fn max_bytes_param(
     value: Option<&str>,
@@ -486,9 +504,7 @@ fn max_bytes_param(
 ) -> Result<usize, ApiError> {
     match value {
         None => Ok(default),
-        Some(text) => Ok(text
-            .parse::<u64>()
-            .map_err(|_| bad("invalid_parameter", "maxBytes must be a whole number"))?
+        Some(text) => Ok(whole_param("maxBytes", text)?
             .clamp(*bounds.start() as u64, *bounds.end() as u64) as usize),
     }
 }
@@ -498,15 +514,7 @@ fn max_bytes_param(
 fn wait_param(name: &str, value: Option<&str>) -> Result<Duration, ApiError> {
     let ms = match value {
         None => WAIT_MS_MAX,
-        Some(text) => text
-            .parse::<u64>()
-            .map_err(|_| {
-                bad(
-                    "invalid_parameter",
-                    format!("{name} must be a whole number"),
-                )
-            })?
-            .min(WAIT_MS_MAX),
+        Some(text) => whole_param(name, text)?.min(WAIT_MS_MAX),
     };
     Ok(Duration::from_millis(ms))
 }
@@ -518,6 +526,21 @@ pub fn parse_route(
     query: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<ProductRoute, ApiError> {
+    // The path names the route and the route its methods: another method is
+    // 405 before any other input is judged.
+    let rest = match path.strip_prefix(PREFIX) {
+        Some("") | Some("/") => None,
+        Some(rest) => Some(rest.strip_prefix('/').ok_or_else(unknown_route)?),
+        None => return Err(unknown_route()),
+    };
+    let methods = match rest {
+        None => "GET",
+        Some(rest) if split_watch_path(rest).is_some() => "GET",
+        Some(rest) => split_target(rest)?.1.methods(),
+    };
+    if !methods.split(", ").any(|m| m == method.as_str()) {
+        return Err(method_not_allowed(methods));
+    }
     if let Some(removed) = REMOVED_HEADERS.iter().find(|h| headers.contains_key(**h)) {
         return Err(bad(
             "unknown_field",
@@ -553,34 +576,27 @@ pub fn parse_route(
             )),
             None => Ok(()),
         };
-    let rest = match path.strip_prefix(PREFIX) {
-        Some("") | Some("/") => {
-            if method != Method::GET {
-                return Err(method_not_allowed("GET"));
-            }
-            allow_only(&["cursor", "limit"])?;
-            let cursor = match param("cursor") {
-                None | Some("") => None,
-                Some(text) => Some(
-                    CatalogCursor::decode(text)
-                        .ok_or_else(|| bad("invalid_cursor", "not a catalog cursor"))?,
-                ),
-            };
-            let limit = match param("limit") {
-                None => PAGE_LIMIT_DEFAULT,
-                Some(text) => text
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
-                    .ok_or_else(|| bad("invalid_parameter", "limit is 1 to 1000"))?,
-            };
-            return Ok(ProductRoute::Catalog { cursor, limit });
-        }
-        Some(rest) => rest.strip_prefix('/').ok_or_else(unknown_route)?,
-        None => return Err(unknown_route()),
+    let Some(rest) = rest else {
+        allow_only(&["cursor", "limit"])?;
+        let cursor = match param("cursor") {
+            None | Some("") => None,
+            Some(text) => Some(
+                CatalogCursor::decode(text)
+                    .ok_or_else(|| bad("invalid_cursor", "not a catalog cursor"))?,
+            ),
+        };
+        let limit = match param("limit") {
+            None => PAGE_LIMIT_DEFAULT,
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
+                .ok_or_else(|| bad("invalid_parameter", "limit is 1 to 1000"))?,
+        };
+        return Ok(ProductRoute::Catalog { cursor, limit });
     };
     let owned_param = |name: &str| param(name).map(str::to_string);
-    if let Some(route) = watch_route(method, rest, headers, &owned_param, &allow_only) {
+    if let Some(route) = watch_route(rest, headers, &owned_param, &allow_only) {
         return route;
     }
     let (raw_name, target) = split_target(rest)?;
@@ -605,7 +621,7 @@ pub fn parse_route(
                 },
                 Method::GET => CollectionOp::Metadata,
                 Method::DELETE => CollectionOp::Delete,
-                _ => return Err(method_not_allowed("GET, PUT, DELETE")),
+                _ => return Err(method_not_allowed(target.methods())),
             }
         }
         (Target::Seal, Method::POST) => {
@@ -615,7 +631,6 @@ pub fn parse_route(
                 producer: producer(headers),
             }
         }
-        (Target::Seal, _) => return Err(method_not_allowed("POST")),
         (Target::Scan, Method::GET) => {
             allow_only(&["cursor", "maxBytes"])?;
             CollectionOp::Scan {
@@ -631,7 +646,6 @@ pub fn parse_route(
             }
         }
         (Target::Usage, Method::GET) => allow_only(&[]).map(|()| CollectionOp::Usage)?,
-        (Target::Scan, _) | (Target::Usage, _) => return Err(method_not_allowed("GET")),
         (Target::Records, Method::POST) | (Target::Batch, Method::POST) => {
             allow_only(&[])?;
             CollectionOp::Append(AppendCall {
@@ -646,7 +660,6 @@ pub fn parse_route(
                 producer: producer(headers),
             })
         }
-        (Target::Batch, _) => return Err(method_not_allowed("POST")),
         (Target::Records, Method::GET)
         | (Target::LongPoll, Method::GET)
         | (Target::Sse, Method::GET) => {
@@ -686,9 +699,8 @@ pub fn parse_route(
                 transport,
             }
         }
-        (Target::Records, _) => return Err(method_not_allowed("GET, POST")),
-        (Target::LongPoll, _) | (Target::Sse, _) => return Err(method_not_allowed("GET")),
-        (Target::Consumer(_), _) => return Err(unknown_route()),
+        // Refused above already (the path decides the methods).
+        (target, _) => return Err(method_not_allowed(target.methods())),
     };
     Ok(ProductRoute::Collection {
         name,
@@ -713,7 +725,6 @@ fn consumer_op(
             consumer,
             version: consumer_version(headers),
         },
-        (ConsumerVerb::Config, _) => return Err(method_not_allowed("GET, PUT, DELETE")),
         (ConsumerVerb::Pull, Method::POST) => CollectionOp::Pull {
             consumer,
             key: stream_key(headers)?,
@@ -722,7 +733,8 @@ fn consumer_op(
             consumer,
             key: stream_key(headers)?,
         },
-        (_, _) => return Err(method_not_allowed("POST")),
+        // Refused by `parse_route` already (the path decides the methods).
+        (verb, _) => return Err(method_not_allowed(Target::Consumer(verb).methods())),
     })
 }
 
@@ -740,54 +752,5 @@ fn consumer_version(headers: &HeaderMap) -> Result<u64, ApiError> {
             "invalid_consumer_version",
             "Prisma-Consumer-Version is a positive whole number",
         )
-    })
-}
-
-/// The body of `:seal`: `{}` or `{"final": value, "routingKey"?: string}`.
-pub struct SealBody {
-    pub final_record: Option<Bytes>,
-    pub routing_key: Bytes,
-}
-
-pub fn seal_body(body: &[u8]) -> Result<SealBody, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(SealBody {
-            final_record: None,
-            routing_key: Bytes::new(),
-        });
-    }
-    // The final value's exact text is kept (a raw-value parse); `null` is a
-    // record too, so presence is judged by the key, not the value.
-    let fields: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
-        serde_json::from_slice(body).map_err(|_| {
-            bad(
-                "invalid_body",
-                "the seal body is {} or {\"final\": value, \"routingKey\"?: string}",
-            )
-        })?;
-    if let Some(unknown) = fields.keys().find(|k| *k != "final" && *k != "routingKey") {
-        return Err(bad(
-            "invalid_body",
-            format!("the seal body has an unknown field {unknown:?}"),
-        ));
-    }
-    let routing_key = match fields.get("routingKey") {
-        None => Bytes::new(),
-        Some(raw) => {
-            let text: String = serde_json::from_str(raw.get())
-                .map_err(|_| bad("invalid_routing_key", "routingKey must be a string"))?;
-            routing_key_bytes(text.as_bytes())?
-        }
-    };
-    let final_record = match fields.get("final") {
-        Some(raw) => Some(
-            json::one_record(raw.get().as_bytes())
-                .map_err(|e| bad("invalid_body", e.to_string()))?,
-        ),
-        None => None,
-    };
-    Ok(SealBody {
-        final_record,
-        routing_key,
     })
 }

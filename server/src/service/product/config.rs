@@ -107,10 +107,23 @@ fn valid_content_type(text: &str) -> bool {
         })
 }
 
+/// A JSON number that is a whole number within `u64`. JSON has one kind of
+/// number, so `5`, `5.0` and `5e0` are the same integer (as JSON Schema
+/// judges `integer`); fractions, negatives and larger numbers are not.
+pub fn whole_number(value: &Value) -> Option<u64> {
+    const LIMIT: f64 = 18_446_744_073_709_551_616.0; // 2^64
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..LIMIT).contains(f))
+            .map(|f| f as u64)
+    })
+}
+
 /// `30d`, `12h`, `45m`, `30s`, or bare seconds (a string or a JSON integer).
 pub fn parse_duration_seconds(value: &Value) -> Result<u64, ConfigError> {
     let seconds = match value {
-        Value::Number(n) => n.as_u64(),
+        Value::Number(_) => whole_number(value),
         Value::String(text) => {
             let (digits, unit) = match text.char_indices().last() {
                 Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], Some(c)),
@@ -310,6 +323,26 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn whole_numbers_are_judged_by_value() {
+        for (text, whole) in [
+            ("5", Some(5)),
+            ("5.0", Some(5)),
+            ("5e3", Some(5_000)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("5.5", None),
+            ("-1", None),
+            ("-0.5", None),
+            ("1e20", None),
+            ("\"5\"", None),
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(whole_number(&value), whole, "{text}");
+        }
+        let float = parse(r#"{"format":{"kind":"json"},"expiry":{"idle":86400.0}}"#).unwrap();
+        assert_eq!(float.expiry, ExpiryConfig::IdleSeconds(86_400));
     }
 
     #[test]

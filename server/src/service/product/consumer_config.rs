@@ -16,7 +16,7 @@
 
 use serde_json::{Map, Value};
 
-use super::config::ConfigError;
+use super::config::{whole_number, ConfigError};
 
 pub const CONSUMER_NAME_BYTES_MAX: usize = 128;
 pub const VISIBILITY_MS_DEFAULT: u64 = 30_000;
@@ -73,7 +73,7 @@ fn whole(
 ) -> Result<Option<u64>, ConfigError> {
     match object.get(field) {
         None => Ok(None),
-        Some(value) => match value.as_u64() {
+        Some(value) => match whole_number(value) {
             Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
             _ => bad(format!(
                 "{field} must be a whole number from {min} to {max}"
@@ -162,6 +162,8 @@ mod tests {
         );
         let other = ConsumerSettings::parse(br#"{"maxAttempts":6}"#).unwrap();
         assert_ne!(other, empty);
+        let float = ConsumerSettings::parse(br#"{"maxAttempts":6.0}"#).unwrap();
+        assert_eq!(float, other, "6.0 is the whole number 6");
         let with_dlq = ConsumerSettings::parse(
             br#"{"deadLetterStream":"orders-dlq","visibilityTimeoutMs":1000}"#,
         )
