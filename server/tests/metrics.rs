@@ -214,6 +214,81 @@ async fn metrics_listen_serves_the_metrics_apart() {
     assert_eq!(other.status(), 404);
 }
 
+/// The debug endpoints: always on the metrics address; on the main one only
+/// with the operator token (else 404); the configuration holds no secret.
+#[tokio::test]
+async fn debug_endpoints_show_shards_and_configuration_to_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let operator = "operator-token-0123456789";
+    let server = Server::start(
+        dir.path().to_str().unwrap(),
+        free_port(),
+        &[
+            "--metrics-listen",
+            &metrics_addr,
+            "--operator-token",
+            operator,
+            "--project-token",
+            "p:project-token-000001",
+        ],
+    )
+    .await;
+    let c = client();
+    let created = c
+        .put(server.url("d"))
+        .bearer_auth("project-token-000001")
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let get = |url: String, token: Option<&str>| {
+        let mut request = c.get(url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let shards = get(format!("http://{metrics_addr}/debug/shards"), None)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let shards: serde_json::Value = serde_json::from_slice(&shards).unwrap();
+    let first = &shards["shards"][0];
+    assert_eq!(first["served"], "here", "{shards}");
+    assert!(first["epoch"].as_u64().unwrap() >= 1, "{shards}");
+    assert!(
+        first["walNextSlot"].as_u64().unwrap() > first["walReplaySlot"].as_u64().unwrap(),
+        "{shards}"
+    );
+    let config = get(format!("http://{metrics_addr}/debug/config"), None)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(config.contains(r#""operatorToken":true"#), "{config}");
+    assert!(config.contains(r#""projectTokens":1"#), "{config}");
+    assert!(!config.contains(operator) && !config.contains("project-token-000001"));
+    for token in [
+        None,
+        Some("project-token-000001"),
+        Some("operator-token-0123456780"),
+    ] {
+        let refused = get(format!("{}/debug/shards", server.base), token)
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 404, "{token:?}");
+    }
+    let main = get(format!("{}/debug/config", server.base), Some(operator))
+        .await
+        .unwrap();
+    assert_eq!(main.status(), 200);
+}
+
 /// Reads of sealed data count where their chunks came from: the store the
 /// first time, the cache after. A clean stop seals everything, so the
 /// restarted server holds the record in a chunk only.

@@ -122,6 +122,15 @@ pub(crate) struct ShardMetrics {
     pub wal_records: AtomicU64,
     pub wal_put_latency: LatencyHistogram,
     pub puts_in_flight: AtomicU64,
+    /// Encoded bytes of the objects in flight, and bytes staged or in
+    /// flight (the ingest's memory).
+    pub inflight_bytes: AtomicU64,
+    pub pending_bytes: AtomicU64,
+    /// The owner's epoch, the manifest's replay slot (the oldest WAL object a
+    /// re-open reads) and the next slot a WAL object takes.
+    pub epoch: AtomicU64,
+    pub replay_slot: AtomicU64,
+    pub next_slot: AtomicU64,
     pub seals: AtomicU64,
     pub seal_failures: AtomicU64,
     pub seal_latency: LatencyHistogram,
@@ -150,6 +159,14 @@ pub struct ShardMetricsSnapshot {
     pub wal_put_latency: HistogramSnapshot,
     /// WAL PUTs issued and not yet answered.
     pub puts_in_flight: u64,
+    /// Encoded bytes of the objects in flight.
+    pub inflight_bytes: u64,
+    /// Bytes staged or in flight.
+    pub pending_bytes: u64,
+    /// The owner's epoch, the manifest's replay slot and the next WAL slot.
+    pub epoch: u64,
+    pub replay_slot: u64,
+    pub next_slot: u64,
     /// Commands waiting in the ingest queue.
     pub queue_depth: u64,
     /// Page bytes acknowledged and not yet sealed (held in memory).
@@ -177,6 +194,11 @@ impl ShardMetrics {
             wal_records: load(&self.wal_records),
             wal_put_latency: self.wal_put_latency.snapshot(),
             puts_in_flight: load(&self.puts_in_flight),
+            inflight_bytes: load(&self.inflight_bytes),
+            pending_bytes: load(&self.pending_bytes),
+            epoch: load(&self.epoch),
+            replay_slot: load(&self.replay_slot),
+            next_slot: load(&self.next_slot),
             seals: load(&self.seals),
             seal_failures: load(&self.seal_failures),
             seal_latency: self.seal_latency.snapshot(),

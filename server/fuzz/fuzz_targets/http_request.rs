@@ -291,6 +291,7 @@ fuzz_target!(|input: Input| {
             | Command::Health
             | Command::Root
             | Command::Metrics
+            | Command::Debug(_)
             | Command::FleetHint(_)
             | Command::FleetPeer(_)
     ) || matches!(&command, Command::Subscriptions { project: None, .. });
@@ -320,9 +321,13 @@ fuzz_target!(|input: Input| {
             // Only a callback token's routes go without the caller's project.
             assert_eq!(project.is_none(), route.token_authenticated());
         }
+        Command::Debug(_) => {
+            assert!(path == "/debug/shards" || path == "/debug/config");
+            assert!(method == Method::GET || method == Method::HEAD);
+        }
         Command::FleetPeer(_) => {
             assert_eq!(method, Method::POST);
-            assert!(path == "/v1/fleet/appended" || path == "/v1/fleet/tails");
+            assert!(path.starts_with("/v1/fleet/"));
         }
         Command::FleetHint(hint) => {
             assert_eq!(method, Method::POST);
@@ -332,7 +337,10 @@ fuzz_target!(|input: Input| {
             }
         }
         Command::Product { route, .. } => {
-            assert!(path.starts_with(product::PREFIX));
+            assert!(
+                path.starts_with(product::PREFIX)
+                    || path.starts_with(product::usage::PROJECTS_PREFIX)
+            );
             if let ProductRoute::Collection { name, .. } = route {
                 assert!(!name.is_empty() && name.len() <= product::NAME_BYTES_MAX);
                 assert!(!name.chars().any(char::is_control) && !name.starts_with("__"));

@@ -13,6 +13,7 @@ use self::console::{init_logging, report_failure, LogFormat};
 use crate::bench;
 
 pub mod console;
+pub mod effective;
 pub mod fleet;
 pub mod keys;
 pub mod ops;

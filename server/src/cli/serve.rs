@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// `{"default": {…}, "projects": {"name": {…}}}`. `SIGHUP` re-reads it.
     #[arg(long, env = "STRATA_LIMITS_FILE")]
     pub limits_file: Option<std::path::PathBuf>,
+    /// A bearer token for the debug endpoints (`/debug/shards`,
+    /// `/debug/config`) on `--listen`; they are always on `--metrics-listen`.
+    #[arg(long, env = "STRATA_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
     /// Serve `GET /metrics` (and `/healthz`) on this address only, instead
     /// of on `--listen` (where `/metrics` then answers 404).
     #[arg(long)]
@@ -417,6 +421,15 @@ impl Server {
             }
             None => None,
         };
+        if args
+            .operator_token
+            .as_ref()
+            .is_some_and(|t| t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(ServeError::Usage(
+                "--operator-token: at least 16 visible ASCII characters".into(),
+            ));
+        }
         let files = args.config_files();
         let tenancy = super::reload::tenancy(&files).map_err(usage)?;
         let limits = super::reload::limits(&files).map_err(usage)?;
@@ -540,6 +553,8 @@ impl Server {
                 max_live_connections: args.max_live_connections,
                 append_timeout: Duration::from_millis(args.append_timeout_ms),
                 metrics_on_main_listener: args.metrics_listen.is_none(),
+                operator_token: args.operator_token.clone(),
+                effective_config: args.effective(),
             },
         ));
         if let Some(cache) = chunk_cache {

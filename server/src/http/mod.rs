@@ -18,6 +18,7 @@
 //! names no surface.
 
 pub mod common;
+pub mod debug;
 pub mod fleet;
 pub mod live;
 pub mod peers;

@@ -59,6 +59,8 @@ pub enum Command {
     Root,
     /// `GET /metrics`: the metrics exposition (no token, like `/healthz`).
     Metrics,
+    /// `GET /debug/…`: operators' endpoints (the operator token decides).
+    Debug(super::debug::DebugRoute),
     /// `POST /v1/fleet/hint` from another fleet member (its instance id).
     FleetHint(Option<fleet_http::Hint>),
     /// A route only fleet members call (the peer key is checked by its handler).
@@ -107,6 +109,9 @@ pub fn parse_request(
             return Err(product::errors::method_not_allowed("GET, HEAD"));
         }
         return Ok(command);
+    }
+    if let Some(route) = super::debug::debug_route(method, path) {
+        return Ok(Command::Debug(route));
     }
     if path == fleet_http::HINT_PATH && method == Method::POST {
         return Ok(Command::FleetHint(fleet_http::parse_hint(headers)));
@@ -186,9 +191,11 @@ pub async fn metrics_listener(listener: tokio::net::TcpListener, state: Arc<AppS
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             let state = state.clone();
             async move {
-                let response = match request.uri().path() {
-                    "/metrics" => metrics_answer(&state),
-                    "/healthz" => Response::new(full("ok\n")),
+                let route = super::debug::debug_route(request.method(), request.uri().path());
+                let response = match (request.uri().path(), route) {
+                    (_, Some(route)) => super::debug::answer(&state, route),
+                    ("/metrics", _) => metrics_answer(&state),
+                    ("/healthz", _) => Response::new(full("ok\n")),
                     _ => ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
                         .into_response(),
                 };
@@ -316,6 +323,10 @@ async fn route(state: Arc<AppState>, request: Request<Incoming>) -> ApiResult {
             "not_found",
             "metrics are served on the --metrics-listen address",
         )),
+        Command::Debug(route) if super::debug::operator(&state, request.headers()) => {
+            Ok(super::debug::answer(&state, route))
+        }
+        Command::Debug(_) => Err(super::debug::not_found()),
         Command::FleetHint(hint) => fleet_http::hint(state, request.headers(), hint).await,
         Command::FleetPeer(route) => peers::handle(state, request, route).await,
         Command::Subscriptions { project, route } => {

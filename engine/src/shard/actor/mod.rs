@@ -170,10 +170,7 @@ impl Actor {
             self.flush_ready();
             self.maybe_seal();
             self.maybe_collect();
-            self.shared
-                .metrics
-                .puts_in_flight
-                .store(self.wal.inflight.len() as u64, Ordering::Relaxed);
+            self.publish_gauges();
         }
         if !self.owner.fenced {
             self.shared.status.send_replace(ShardStatus::Stopped);
@@ -181,6 +178,22 @@ impl Actor {
         if let Some(reply) = self.inbox.shutdown_reply.take() {
             let _ = reply.send(());
         }
+    }
+
+    /// The gauges operators read (`metrics`, the debug endpoint).
+    fn publish_gauges(&self) {
+        let m = &self.shared.metrics;
+        let inflight_bytes: usize = self.wal.inflight.iter().map(|f| f.bytes).sum();
+        m.puts_in_flight
+            .store(self.wal.inflight.len() as u64, Ordering::Relaxed);
+        m.inflight_bytes
+            .store(inflight_bytes as u64, Ordering::Relaxed);
+        m.pending_bytes
+            .store(self.staging.pending_bytes as u64, Ordering::Relaxed);
+        m.epoch.store(self.owner.epoch, Ordering::Relaxed);
+        m.replay_slot
+            .store(self.owner.manifest.value.replay.slot, Ordering::Relaxed);
+        m.next_slot.store(self.wal.next_slot, Ordering::Relaxed);
     }
 
     fn can_accept(&self) -> bool {

@@ -38,6 +38,11 @@ pub struct HttpConfig {
     /// `/metrics` is answered on the main listener (not with
     /// `--metrics-listen`, which serves it apart).
     pub metrics_on_main_listener: bool,
+    /// `--operator-token`: the debug endpoints answer on the main listener
+    /// to a request bearing it.
+    pub operator_token: Option<String>,
+    /// What `GET /debug/config` answers (no secrets).
+    pub effective_config: serde_json::Value,
 }
 
 /// Writes that may run at once. A write runs to its end even when its
