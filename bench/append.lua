@@ -23,6 +23,12 @@ if key and key ~= "" then
     headers["Stream-Encryption-Key"] = key
   end
 end
+-- BEARER_TOKEN: sent as Authorization (wrk's -H headers are not, as this
+-- script passes its own header table).
+local bearer = os.getenv("BEARER_TOKEN")
+if bearer and bearer ~= "" then
+  headers["Authorization"] = "Bearer " .. bearer
+end
 local n = 0
 
 function setup(thread)

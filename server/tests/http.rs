@@ -75,6 +75,7 @@ async fn without_a_development_key_requests_must_carry_one() {
         child,
         base: format!("http://127.0.0.1:{port}"),
         port,
+        log_from: 0,
     };
     let c = client();
     let base = server.base.clone();
@@ -448,11 +449,8 @@ async fn sighup_reloads_the_tokens_file_and_a_broken_file_changes_nothing() {
 
     std::fs::write(&tokens, "alpha has three words\n").unwrap();
     hangup(&server);
-    let log = server.log_path();
     eventually("the broken file is reported", || async {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("tokens not reloaded")
+        server.log_text().contains("tokens not reloaded")
     })
     .await;
     assert!(put_with(&server, "beta-token-00000002").await.is_success());
@@ -466,7 +464,7 @@ async fn sighup_reloads_the_tokens_file_and_a_broken_file_changes_nothing() {
 async fn logs_are_plain_text_off_a_terminal_and_json_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let text = Server::start(dir.path().join("t").to_str().unwrap(), free_port(), &[]).await;
-    let log = std::fs::read_to_string(text.log_path()).unwrap();
+    let log = text.log_text();
     assert!(log.contains("listening"), "{log}");
     assert!(
         !log.contains('\u{1b}'),
@@ -483,7 +481,7 @@ async fn logs_are_plain_text_off_a_terminal_and_json_when_asked() {
     let pid = libc::pid_t::try_from(json.child.id()).unwrap();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     assert!(json.child.wait().unwrap().success());
-    let log = std::fs::read_to_string(json.log_path()).unwrap();
+    let log = json.log_text();
     let mut messages = Vec::new();
     for line in log.lines().filter(|l| !l.is_empty()) {
         let event: serde_json::Value = serde_json::from_str(line)
@@ -574,6 +572,22 @@ async fn full_queues_answer_429_and_full_live_slots_503() {
         }
     }
     assert!(overloaded > 0, "a full queue answers 429");
+    // Refusals are logged by class, not one line each.
+    eventually("the refusals are logged", || async {
+        server.log_text().contains("requests refused")
+    })
+    .await;
+    // One line for the class at once, then at most one per 10 s (the test
+    // takes less than 20 s), however many were refused.
+    let lines = server
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("requests refused") && l.contains("overloaded"))
+        .count();
+    assert!(
+        (1..=2).contains(&lines),
+        "{lines} lines for {overloaded} refusals"
+    );
     // An SSE reader holds the only live slot (its headers prove it); a
     // long-poll is refused until the SSE reader goes away.
     let holder = c

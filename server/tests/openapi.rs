@@ -27,7 +27,7 @@ const BODY_BYTES_MAX: usize = 64 << 10;
 const UNPROVOKED: [&str; 4] = ["rate_limited", "internal", "unavailable", "bad_request"];
 
 /// The (path, method) pairs this test knows how to exercise.
-const KNOWN: [(&str, &str); 22] = [
+const KNOWN: [(&str, &str); 24] = [
     ("/", "get"),
     ("/metrics", "get"),
     ("/healthz", "get"),
@@ -50,7 +50,12 @@ const KNOWN: [(&str, &str); 22] = [
     ("/v1/streams/{name}/consumers/{consumer}", "delete"),
     ("/v1/streams/{name}/consumers/{consumer}:pull", "post"),
     ("/v1/streams/{name}/consumers/{consumer}:settle", "post"),
+    ("/v1/streams/{name}/usage", "get"),
+    ("/v1/projects/{project}/usage", "get"),
 ];
+
+const USAGE: &str = "/v1/streams/{name}/usage";
+const PROJECT_USAGE: &str = "/v1/projects/{project}/usage";
 
 const SEAL: &str = "/v1/streams/{name}:seal";
 const SCAN: &str = "/v1/streams/{name}:scan";
@@ -227,7 +232,10 @@ struct Checker {
 
 impl Checker {
     fn url(&self, template: &str, name: &str) -> String {
-        let path = template.replace("{name}", name).replace("{consumer}", "w");
+        let path = template
+            .replace("{name}", name)
+            .replace("{consumer}", "w")
+            .replace("{project}", "alpha");
         format!("{}{path}", self.base)
     }
 
@@ -428,6 +436,47 @@ impl Checker {
             .header("prisma-encryption-key", DEV_KEY);
         self.expect(template, builder, 401, "unauthorized").await;
     }
+}
+
+/// Every documented answer of the usage operations (collection `j` exists,
+/// `src` is gone, `missing` never was).
+async fn usage_operations(c: &mut Checker) {
+    c.generic_400(USAGE, Method::GET, "j").await;
+    c.unauthorized(USAGE, Method::GET, "j").await;
+    let usage = c
+        .expect(USAGE, c.bare(Method::GET, USAGE, "j"), 200, "")
+        .await;
+    assert!(usage.json()["records"].as_u64().unwrap() > 0);
+    c.expect(
+        USAGE,
+        c.bare(Method::GET, USAGE, "missing"),
+        404,
+        "not_found",
+    )
+    .await;
+    c.expect(USAGE, c.bare(Method::GET, USAGE, "src"), 410, "gone")
+        .await;
+    let project = c
+        .expect(
+            PROJECT_USAGE,
+            c.bare(Method::GET, PROJECT_USAGE, ""),
+            200,
+            "",
+        )
+        .await;
+    assert!(project.json()["collections"].as_u64().unwrap() >= 2);
+    let other = c
+        .http
+        .get(format!("{}/v1/projects/beta/usage", c.base))
+        .bearer_auth(TOKEN);
+    c.expect(PROJECT_USAGE, other, 404, "not_found").await;
+    let query = c
+        .http
+        .get(format!("{}/v1/projects/alpha/usage?x=1", c.base))
+        .bearer_auth(TOKEN);
+    c.expect(PROJECT_USAGE, query, 400, "unknown_parameter")
+        .await;
+    c.unauthorized(PROJECT_USAGE, Method::GET, "").await;
 }
 
 /// Every documented answer of the consumer-group operations (collection
@@ -1086,6 +1135,7 @@ async fn every_documented_operation_answers_as_documented() {
     .await;
     // -------------------------------------------------------------- consumers
     consumer_operations(&mut c).await;
+    usage_operations(&mut c).await;
     // ---------------------------------------------------------------- watches
     for template in [WATCHES, WATCH] {
         let t = |name: &str| template.replace("{watch}", "w").replace("{name}", name);
@@ -1395,6 +1445,7 @@ async fn every_documented_operation_answers_as_documented() {
     let api_b = Api::new(&server_b, Some(TOKEN), DEV_KEY);
     assert_eq!(api_b.create("live", JSON_DOC).await.status, 201);
     let base_a = std::mem::replace(&mut c.base, server_b.base.clone());
+    project_limits(&mut c).await;
     for template in [LONG_POLL, SSE] {
         c.expect(
             template,
@@ -1558,4 +1609,55 @@ async fn undocumented_methods_answer_405_with_allow() {
         }
     }
     assert!(sent > 60, "only {sent} requests");
+}
+
+/// The project-limit refusals, from a server whose limits file allows
+/// project `alpha` one collection, no live reader and one byte stored.
+async fn project_limits(c: &mut Checker) {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = dir.path().join("limits.json");
+    std::fs::write(
+        &limits,
+        r#"{"default": {"collections": 1, "liveReaders": 0, "storedBytes": 1}}"#,
+    )
+    .unwrap();
+    let server = Server::start(
+        dir.path().join("store").to_str().unwrap(),
+        free_port(),
+        &[
+            "--project-token",
+            &format!("alpha:{TOKEN}"),
+            "--limits-file",
+            limits.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let base = std::mem::replace(&mut c.base, server.base.clone());
+    c.expect(
+        COLLECTION,
+        c.req(Method::PUT, COLLECTION, "one").body(JSON_DOC),
+        201,
+        "",
+    )
+    .await;
+    let second = c.req(Method::PUT, COLLECTION, "two").body(JSON_DOC);
+    c.expect(COLLECTION, second, 429, "stream_limit").await;
+    for template in [LONG_POLL, SSE] {
+        let read = c.req(Method::GET, template, "one");
+        c.expect(template, read, 429, "project_concurrency_limit")
+            .await;
+    }
+    // The first append finds nothing stored; after it, the project is full.
+    c.expect(
+        RECORDS,
+        c.req(Method::POST, RECORDS, "one").body("1"),
+        200,
+        "",
+    )
+    .await;
+    for (template, body) in [(RECORDS, "2"), (BATCH, "[2]"), (SEAL, r#"{"final":2}"#)] {
+        let append = c.req(Method::POST, template, "one").body(body);
+        c.expect(template, append, 429, "stored_bytes_limit").await;
+    }
+    c.base = base;
 }

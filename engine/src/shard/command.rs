@@ -2,6 +2,7 @@
 //! an append as it is queued (pages built in the caller's task, not yet
 //! given offsets). Every command carries the channel its answer goes back on.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,6 +20,37 @@ pub(crate) struct PreparedPage {
     pub(super) cipher: Arc<PageCipher>,
 }
 
+/// An append's page bytes while it waits in the actor's queue: counted in
+/// the shard's queued bytes from the moment it is queued until the job is
+/// dropped (staged, rejected or failed), so that the queue is bounded in
+/// bytes as well as in commands.
+pub(crate) struct QueuedBytes {
+    counter: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl QueuedBytes {
+    /// Takes `bytes` of `counter`'s room under `limit`, or refuses. One
+    /// append larger than the limit still goes when nothing else is queued.
+    pub(crate) fn take(counter: &Arc<AtomicU64>, bytes: u64, limit: u64) -> Option<QueuedBytes> {
+        let before = counter.fetch_add(bytes, Ordering::Relaxed);
+        if before > 0 && before + bytes > limit {
+            counter.fetch_sub(bytes, Ordering::Relaxed);
+            return None;
+        }
+        Some(QueuedBytes {
+            counter: counter.clone(),
+            bytes,
+        })
+    }
+}
+
+impl Drop for QueuedBytes {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 pub(crate) struct AppendJob {
     pub(super) stream: StreamRef,
     /// `None` only for a close without records (`close_stream_without_key`).
@@ -33,6 +65,8 @@ pub(crate) struct AppendJob {
     pub(super) stream_seq: Option<Bytes>,
     pub(super) close: bool,
     pub(super) reply: oneshot::Sender<Result<AppendAck, EngineError>>,
+    /// This job's share of the queue's bytes (given back when it drops).
+    pub(super) _queued: QueuedBytes,
 }
 
 impl AppendJob {

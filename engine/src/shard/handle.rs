@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::actor;
 use super::api::{AccountUsage, AppendAck, AppendRequest, CreateAck, ShardStatus, StreamInfo};
-use super::command::{AppendJob, Command, PreparedPage};
+use super::command::{AppendJob, Command, PreparedPage, QueuedBytes};
 use super::config::ShardConfig;
 use super::ctx::ShardCtx;
 use super::limits;
@@ -109,6 +109,7 @@ impl Shard {
             streams: RwLock::new(HashMap::new()),
             status: watch::channel(ShardStatus::Active).0,
             memory_page_bytes: Default::default(),
+            queued_bytes: Default::default(),
             last_recovery: parking_lot::Mutex::new(opened.report.clone()),
             pins: Default::default(),
             gc_deleted_objects: Default::default(),
@@ -284,6 +285,7 @@ impl Shard {
             stream_seq: None,
             close: true,
             reply,
+            _queued: self.queue_room(0)?,
         })))?;
         Self::answer(rx).await
     }
@@ -359,6 +361,8 @@ impl Shard {
                 limit: limits::APPEND_ENTRY_BYTES_MAX as u64,
             });
         }
+        let page_bytes: usize = pages.iter().map(|p| p.body.content.len()).sum();
+        let queued = self.queue_room(page_bytes as u64)?;
         let (reply, rx) = oneshot::channel();
         self.submit(Command::Append(Box::new(AppendJob {
             stream: request.stream,
@@ -373,8 +377,17 @@ impl Shard {
             stream_seq: request.stream_seq,
             close: request.close,
             reply,
+            _queued: queued,
         })))?;
         Ok(AppendTicket { rx })
+    }
+
+    /// Room for `bytes` of pages in the actor's queue (at most
+    /// `max_pending_bytes` queued), or `Overloaded`.
+    fn queue_room(&self, bytes: u64) -> Result<QueuedBytes, EngineError> {
+        let limit = self.inner.ctx.config.max_pending_bytes as u64;
+        QueuedBytes::take(&self.inner.shared.queued_bytes, bytes, limit)
+            .ok_or(EngineError::Overloaded)
     }
 
     /// Answers once everything submitted before it is durable.

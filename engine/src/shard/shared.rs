@@ -40,6 +40,9 @@ pub(crate) struct ShardShared {
     pub streams: RwLock<HashMap<[u8; 16], Arc<StreamCell>>>,
     pub status: watch::Sender<ShardStatus>,
     pub memory_page_bytes: std::sync::atomic::AtomicU64,
+    /// Page bytes of the appends waiting in the actor's queue (bounded by
+    /// `max_pending_bytes`; see `command::QueuedBytes`).
+    pub queued_bytes: Arc<std::sync::atomic::AtomicU64>,
     pub last_recovery: parking_lot::Mutex<RecoveryReport>,
     /// Segments reads in progress hold: garbage collection waits for them.
     pub pins: parking_lot::Mutex<HashMap<ObjectId, u32>>,

@@ -12,6 +12,7 @@ use self::console::{init_logging, report_failure, LogFormat};
 #[cfg(feature = "bench")]
 use crate::bench;
 
+mod allocator;
 pub mod console;
 pub mod effective;
 pub mod fleet;
@@ -65,6 +66,7 @@ enum Commands {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    allocator::configure();
     // TLS (S3, webhooks) uses rustls with the ring provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let result = match cli.command {

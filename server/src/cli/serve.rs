@@ -103,6 +103,16 @@ pub struct ServeArgs {
     /// Allow --dev-default-key on a listen address other than loopback.
     #[arg(long)]
     pub allow_dev_key_on_public_address: bool,
+    /// Request body bytes read and held at once, over every request (at
+    /// least --max-body-bytes): beyond it, bodies wait for room (503 after
+    /// 10 s).
+    #[arg(long, default_value_t = 512 << 20)]
+    pub max_buffered_body_bytes: usize,
+    /// Bytes of SSE events read and not yet taken by slow clients, over
+    /// every live reader: beyond it, readers wait for room (their stream
+    /// ends after 10 s, and the client reconnects).
+    #[arg(long, default_value_t = 256 << 20)]
+    pub max_live_buffer_bytes: usize,
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 32 << 20)]
     pub max_body_bytes: usize,
@@ -233,6 +243,10 @@ pub struct SealArgs {
     /// Seal when a shard's unsealed page bytes reach this many…
     #[arg(long, default_value_t = ShardConfig::default().seal_bytes)]
     pub seal_bytes: u64,
+    /// Acknowledged page bytes a shard holds in memory until they are sealed:
+    /// beyond it, appends answer 429 until a seal frees them.
+    #[arg(long, default_value_t = ShardConfig::default().max_memory_page_bytes)]
+    pub max_unsealed_bytes: u64,
     /// …or this many WAL objects were written since its last seal…
     #[arg(long, default_value_t = ShardConfig::default().seal_objects)]
     pub seal_objects: u64,
@@ -447,6 +461,7 @@ impl Server {
             min_flush_gap: Duration::from_millis(args.min_flush_gap_ms),
             max_append_bytes: args.max_body_bytes.max(args.max_record_bytes),
             seal_bytes: args.sealing.seal_bytes,
+            max_memory_page_bytes: args.sealing.max_unsealed_bytes,
             seal_objects: args.sealing.seal_objects,
             seal_age: Duration::from_millis(args.sealing.seal_age_ms),
             max_index_runs: args.sealing.max_index_runs,
@@ -554,6 +569,8 @@ impl Server {
                 append_timeout: Duration::from_millis(args.append_timeout_ms),
                 metrics_on_main_listener: args.metrics_listen.is_none(),
                 operator_token: args.operator_token.clone(),
+                max_buffered_body_bytes: args.max_buffered_body_bytes,
+                max_live_buffer_bytes: args.max_live_buffer_bytes,
                 effective_config: args.effective(),
             },
         ));
@@ -681,6 +698,7 @@ impl Server {
                     let state = state.clone();
                     let connection = http1::Builder::new()
                         .keep_alive(true)
+                        .max_buf_size(crate::http::CONNECTION_BUFFER_BYTES_MAX)
                         .serve_connection(
                             TokioIo::new(socket),
                             service_fn(move |request| crate::http::handle(state.clone(), request)),

@@ -171,14 +171,11 @@ pub async fn forward(
     let mut body = Some(body);
     let kept = match declared_length(&parts.headers) {
         Some(length) if length <= FORWARD_RETRY_BYTES_MAX => match body.take() {
+            // Held in the body budget until the forward ends.
             Some(incoming) => Some(
-                http_body_util::Limited::new(incoming, FORWARD_RETRY_BYTES_MAX as usize)
-                    .collect()
-                    .await
-                    .map_err(|e| {
-                        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.to_string())
-                    })?
-                    .to_bytes(),
+                state
+                    .read_body_held(incoming, FORWARD_RETRY_BYTES_MAX as usize)
+                    .await?,
             ),
             None => None,
         },
@@ -197,7 +194,7 @@ pub async fn forward(
     let answer = loop {
         attempts += 1;
         let outbound_body = match (&kept, body.take()) {
-            (Some(bytes), _) => http_body_util::Full::new(bytes.clone())
+            (Some(kept), _) => http_body_util::Full::new(kept.bytes.clone())
                 .map_err(|never| match never {})
                 .boxed(),
             (None, Some(incoming)) => incoming.boxed(),

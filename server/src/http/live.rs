@@ -24,20 +24,25 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use futures::StreamExt;
 use http::header::HeaderValue;
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use strata_engine::WaitOutcome;
 use tokio::sync::mpsc;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use super::common::{render, ApiError, AppState, Body, LiveSlot};
+use super::common::{render, ApiError, AppState, Body, LiveSlot, LIVE_BUDGET_WAIT_MAX};
 use crate::service::{is_json, media_type, ReadFrom, ReadOutcome, ServiceError};
 
-/// Frames buffered between the reading task and the connection.
-const FRAMES_BUFFERED_MAX: usize = 8;
+/// Frames buffered between the reading task and the connection: one, so
+/// that the task reads ahead by at most one frame of a slow client.
+const FRAMES_BUFFERED_MAX: usize = 1;
+
+/// An SSE frame and its bytes of the server's live budget, held until the
+/// connection asks for the next frame (it has taken this one by then).
+type Held = (Bytes, Option<OwnedSemaphorePermit>);
 
 /// What a live reader reads: one stream, through its surface's reads.
 pub trait LiveRead: Send + Sync + 'static {
@@ -52,6 +57,8 @@ pub trait LiveRead: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ReadOutcome, ApiError>> + Send;
     /// A service error of a wait for appends, as the surface answers it.
     fn error(&self, e: ServiceError) -> ApiError;
+    /// Payload bytes one read returns at most (one record may exceed it).
+    fn read_bytes_max(&self) -> usize;
 }
 
 /// How long a live read waits.
@@ -117,17 +124,23 @@ pub struct Next {
     pub outcome: ReadOutcome,
     /// The last wait timed out (nothing was read after it).
     pub timed_out: bool,
+    /// The live budget reserved before the last read (SSE only).
+    pub reservation: Option<OwnedSemaphorePermit>,
 }
 
 /// Reads from `outcome.next` and waits for appends, at `pace`, until the
 /// reader's records arrive (or, for a raw pace, after one wait and one
-/// read). A long-poll answers with what it ends with; SSE sends it.
+/// read). A long-poll answers with what it ends with; SSE sends it, and
+/// asks for each read to `reserve` its frame's bytes of the live budget
+/// first (after the wait: a waiting reader holds none).
 pub async fn next_records<R: LiveRead>(
     state: &AppState,
     reader: &R,
     mut outcome: ReadOutcome,
     pace: &Pace,
+    reserve: bool,
 ) -> Result<Next, ApiError> {
+    let mut reservation = None;
     // Each round either moves the position forward or waits for an append
     // (a raw pace does one round).
     loop {
@@ -162,8 +175,16 @@ pub async fn next_records<R: LiveRead>(
                 return Ok(Next {
                     outcome,
                     timed_out: true,
+                    reservation,
                 });
             }
+        }
+        if reserve && reservation.is_none() {
+            reservation = Some(
+                state
+                    .reserve_live(frame_bytes_max(reader), LIVE_BUDGET_WAIT_MAX)
+                    .await?,
+            );
         }
         let before = outcome.next;
         outcome = reader.read(state, ReadFrom::Position(before)).await?;
@@ -178,7 +199,42 @@ pub async fn next_records<R: LiveRead>(
     Ok(Next {
         outcome,
         timed_out: false,
+        reservation,
     })
+}
+
+/// The bytes an SSE frame of one of `reader`'s reads takes at most (one
+/// record larger than the read's bound aside): base64 or JSON escaping
+/// and the event lines at most double the payload.
+pub fn frame_bytes_max<R: LiveRead>(reader: &R) -> usize {
+    reader
+        .read_bytes_max()
+        .saturating_mul(2)
+        .saturating_add(64 << 10)
+}
+
+/// `reserved` cut or grown to exactly `len` bytes of the live budget
+/// (growing waits, bounded; `None` when the budget has no room in time).
+async fn fitted(
+    state: &AppState,
+    reserved: Option<OwnedSemaphorePermit>,
+    len: usize,
+) -> Option<OwnedSemaphorePermit> {
+    match reserved {
+        Some(mut permit) if permit.num_permits() >= len => {
+            // The rest goes back to the budget as `permit` drops.
+            permit.split(len)
+        }
+        Some(mut permit) => {
+            let more = state
+                .reserve_live(len - permit.num_permits(), LIVE_BUDGET_WAIT_MAX)
+                .await
+                .ok()?;
+            permit.merge(more);
+            Some(permit)
+        }
+        None => state.reserve_live(len, LIVE_BUDGET_WAIT_MAX).await.ok(),
+    }
 }
 
 /// A long-poll after its first read: what it answers with.
@@ -189,7 +245,7 @@ pub async fn long_poll<R: LiveRead>(
     pace: Pace,
 ) -> Result<ReadOutcome, ApiError> {
     tokio::select! {
-        next = next_records(state, reader, first, &pace) => Ok(next?.outcome),
+        next = next_records(state, reader, first, &pace, false) => Ok(next?.outcome),
         _ = state.closed(state.live_ticket()) => Err(reader.error(ServiceError::Unavailable(
             "this server is shutting down; retry".into(),
         ))),
@@ -260,22 +316,27 @@ pub fn control_event(out: &mut Vec<u8>, json: serde_json::Value) {
     out.extend_from_slice(b"\n\n");
 }
 
-/// The SSE response after its first read: a task reads, waits and sends
-/// events until the stream ends, the pace's limit passes, a read fails, or
-/// the client hangs up; `slot` is held until then.
+/// The SSE response after its first read (made under `reserved`, its
+/// frame's share of the live budget): a task reads, waits and sends events
+/// until the stream ends, the pace's limit passes, a read fails, or the
+/// client hangs up; `slot` is held until then.
 pub fn sse<R: LiveRead, F: SseFraming>(
     state: Arc<AppState>,
     slot: LiveSlot,
     reader: R,
     framing: F,
-    first: ReadOutcome,
+    first: (ReadOutcome, OwnedSemaphorePermit),
     pace: Pace,
 ) -> Response<Body> {
     let binary = framing.binary();
-    let (tx, mut rx) = mpsc::channel::<Bytes>(FRAMES_BUFFERED_MAX);
+    let (tx, rx) = mpsc::channel::<Held>(FRAMES_BUFFERED_MAX);
     tokio::spawn(run(state, reader, framing, first, pace, tx, slot));
-    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-        .map(|bytes| Ok::<_, Infallible>(Frame::data(bytes)));
+    // The connection asks for the next frame once it took the last: the
+    // last frame's permit goes back to the budget then.
+    let stream = futures::stream::unfold((rx, None), |(mut rx, _taken)| async move {
+        let (bytes, permit): Held = rx.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(bytes)), (rx, permit)))
+    });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
@@ -297,18 +358,28 @@ async fn run<R: LiveRead, F: SseFraming>(
     state: Arc<AppState>,
     reader: R,
     mut framing: F,
-    mut outcome: ReadOutcome,
+    first: (ReadOutcome, OwnedSemaphorePermit),
     pace: Pace,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Held>,
     slot: LiveSlot,
 ) {
+    let (mut outcome, first_reserved) = first;
+    let mut reserved = Some(first_reserved);
     // Each round sends the events of a read, then reads and waits for more.
     loop {
         let mut frame = Vec::new();
         framing.events(&state, &outcome, &mut frame);
-        if !frame.is_empty() && tx.send(Bytes::from(frame)).await.is_err() {
-            return;
+        if !frame.is_empty() {
+            // Without room in the budget in time, the stream ends (the
+            // client reconnects from its last position).
+            let Some(permit) = fitted(&state, reserved.take(), frame.len()).await else {
+                return;
+            };
+            if tx.send((Bytes::from(frame), Some(permit))).await.is_err() {
+                return;
+            }
         }
+        drop(reserved.take());
         if outcome.at_end() {
             return;
         }
@@ -323,7 +394,7 @@ async fn run<R: LiveRead, F: SseFraming>(
             ..outcome
         };
         let next = tokio::select! {
-            next = next_records(&state, &reader, waiting, &pace) => next,
+            next = next_records(&state, &reader, waiting, &pace, true) => next,
             _ = tx.closed() => return,
             // The server stops: the stream ends and the client reconnects.
             _ = slot.closed() => return,
@@ -334,12 +405,21 @@ async fn run<R: LiveRead, F: SseFraming>(
             return;
         };
         outcome = next.outcome;
+        reserved = next.reservation;
         if next.timed_out {
             let mut frame = Vec::new();
             if framing.keep_alive(&state, position, &mut frame) {
-                if tx.send(Bytes::from(frame)).await.is_err() {
+                // A keep-alive is a few bytes: not counted.
+                if tx.send((Bytes::from(frame), None)).await.is_err() {
                     return;
                 }
+                let Ok(permit) = state
+                    .reserve_live(frame_bytes_max(&reader), LIVE_BUDGET_WAIT_MAX)
+                    .await
+                else {
+                    return;
+                };
+                reserved = Some(permit);
                 outcome = match reader.read(&state, ReadFrom::Position(position)).await {
                     Ok(o) => o,
                     Err(_) => return,

@@ -28,7 +28,7 @@ pub mod router;
 pub mod subscriptions;
 
 pub use common::{
-    ascii_header, decode_stream_name, empty, full, read_body, ApiError, ApiResult, AppState, Body,
-    FleetHttp, FleetRouting, HttpConfig, LiveSlot, WRITES_IN_FLIGHT_MAX,
+    ascii_header, decode_stream_name, empty, full, ApiError, ApiResult, AppState, Body, FleetHttp,
+    FleetRouting, HttpConfig, LiveSlot, CONNECTION_BUFFER_BYTES_MAX, WRITES_IN_FLIGHT_MAX,
 };
 pub use router::{handle, metrics_listener, parse_request, Command, ParseConfig};

@@ -24,7 +24,7 @@ use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 
 pub use super::common::peer_key::{PeerKey, PEER_KEY_HEADER, PEER_KEY_LABEL};
-use super::common::{empty, full, read_body, ApiError, ApiResult, AppState, PeerClient};
+use super::common::{empty, full, ApiError, ApiResult, AppState, PeerClient};
 use crate::service::sources::{
     DeadLetterAppend, DeadLetterPeers, SourceBatch, SourceRead, SourceReads,
 };
@@ -102,7 +102,9 @@ pub async fn handle(
         .get(KEY_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|k| strata_segments::StreamKey::parse(k).ok());
-    let body = read_body(request.into_body(), PEER_BODY_BYTES_MAX).await?;
+    let body = state
+        .read_body(request.into_body(), PEER_BODY_BYTES_MAX)
+        .await?;
     let bad = |e: serde_json::Error| ApiError::bad_request(format!("peer request: {e}"));
     match route {
         PeerRoute::Appended => {

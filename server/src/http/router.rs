@@ -29,9 +29,11 @@ pub async fn handle(
     let started = tokio::time::Instant::now();
     let method = request.method().clone();
     let surface = crate::http::common::metrics::surface_of(request.uri().path());
-    let mut response = route(state.clone(), request)
-        .await
-        .unwrap_or_else(ApiError::into_response);
+    let mut response = route(state.clone(), request).await.unwrap_or_else(|e| {
+        let now = tokio::time::Instant::now();
+        state.refusals.note(surface, e.status, e.code, now);
+        e.into_response()
+    });
     common_headers(response.headers_mut());
     state
         .metrics

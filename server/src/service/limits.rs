@@ -9,6 +9,9 @@ pub const FORK_DEPTH_MAX: usize = 64;
 /// Engine reads one service read makes at most (each moves past at most
 /// about a page budget of other keys' records).
 pub const READ_ROUNDS_MAX: usize = 64;
+/// Payload bytes a raw-route read returns at most (one record may exceed
+/// it): the read chunk of the Durable Streams surface.
+pub const RAW_READ_BYTES: usize = 4 << 20;
 /// How often tallied reads are written to their shards, by default
 /// (`--usage-flush-ms`; see `usage`).
 pub const USAGE_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);

@@ -69,7 +69,7 @@ pub use consumers::{ConsumerError, ConsumerInfo};
 pub use deadline::StoreDeadline;
 pub use error::ServiceError;
 pub use expiry::run as run_reaper;
-pub use limits::DEFAULT_PROJECT;
+pub use limits::{DEFAULT_PROJECT, RAW_READ_BYTES};
 pub use media::{is_json, media_type};
 pub use model::{
     AppendOutcome, AppendResult, AppendSpec, CreateMode, CreateOutcome, CreateSpec, DeadLetterStep,

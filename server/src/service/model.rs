@@ -212,7 +212,7 @@ impl Default for StreamsConfig {
     fn default() -> Self {
         StreamsConfig {
             max_record_bytes: 32 << 20,
-            read_chunk_bytes: 4 << 20,
+            read_chunk_bytes: super::limits::RAW_READ_BYTES,
             default_content_type: "application/octet-stream".into(),
             watch_observations_max: super::watches::OBSERVERS_DEFAULT,
             crash_at: None,

@@ -44,6 +44,9 @@ pub struct Server {
     pub child: Child,
     pub base: String,
     pub port: u16,
+    /// The log file's length when this process started: what came before
+    /// is another process's (ports, and so log files, are reused).
+    pub log_from: u64,
 }
 
 impl Server {
@@ -69,6 +72,7 @@ impl Server {
             .append(true)
             .open(&log_path)
             .expect("server log file");
+        let log_from = log.metadata().map(|m| m.len()).unwrap_or(0);
         let child = Command::new(env!("CARGO_BIN_EXE_strata"))
             .args(&args)
             .env(
@@ -84,6 +88,7 @@ impl Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
             port,
+            log_from,
         };
         let client = client();
         for _ in 0..600 {
@@ -100,6 +105,13 @@ impl Server {
     /// Where the server's log goes.
     pub fn log_path(&self) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("strata-test-server-{}.log", self.port))
+    }
+
+    /// What this process has written to its log so far.
+    pub fn log_text(&self) -> String {
+        let all = std::fs::read(self.log_path()).unwrap_or_default();
+        let from = usize::try_from(self.log_from).unwrap_or(0).min(all.len());
+        String::from_utf8_lossy(&all[from..]).into_owned()
     }
 
     pub fn url(&self, name: &str) -> String {

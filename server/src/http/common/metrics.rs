@@ -65,7 +65,7 @@ const SURFACES: [Surface; 6] = [
 ];
 
 impl Surface {
-    fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Surface::Raw => "raw",
             Surface::Product => "product",

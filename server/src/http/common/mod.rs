@@ -14,6 +14,7 @@ pub mod error;
 pub mod metrics;
 pub mod metrics_projects;
 pub mod peer_key;
+pub mod refusals;
 pub mod request;
 pub mod response;
 pub mod state;
@@ -21,11 +22,12 @@ pub mod usage;
 
 pub use error::{ApiError, ApiResult, REPLAY_TO};
 pub use request::{
-    ascii_header, decode_stream_name, producer_headers, read_body, NameError, ProducerHeaders,
-    SAFE_INTEGER_MAX,
+    ascii_header, decode_stream_name, producer_headers, read_body_within, BufferedBody, NameError,
+    ProducerHeaders, SAFE_INTEGER_MAX,
 };
 pub use response::{common_headers, empty, full, preflight, render, set, with_status, Body};
 pub use state::{
     AppState, FleetHttp, FleetRouting, HttpConfig, LiveSlot, PeerBody, PeerClient,
+    CONNECTION_BUFFER_BYTES_MAX, LIVE_BUDGET_FIRST_WAIT_MAX, LIVE_BUDGET_WAIT_MAX,
     WRITES_IN_FLIGHT_MAX,
 };

@@ -2,11 +2,14 @@
 //! layer"): bounded body reading, header text, the stream-name rules both
 //! surfaces share, and the idempotent producer's `Producer-*` headers.
 
-use bytes::Bytes;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use strata_wal::PRODUCER_ID_BYTES_MAX;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::ApiError;
 
@@ -72,22 +75,134 @@ pub fn decode_stream_name(raw: &str, max_bytes: usize) -> Result<String, NameErr
     Ok(name.into_owned())
 }
 
-/// Reads a request body up to `limit` bytes (413 beyond it).
-pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("request body exceeds {limit} bytes"),
-            ))
+/// Longest a request body may take to arrive (408 after it), and longest it
+/// may pause between two parts (408 too): a client that stalls, or trickles,
+/// cannot hold the bytes it sent of the body budget for longer.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest a body waits for room in the budget before the request is
+/// refused (503, nothing applied).
+pub const BODY_BUDGET_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A request body read whole, holding its bytes of the server's budget for
+/// buffered bodies until dropped.
+pub struct BufferedBody {
+    pub bytes: Bytes,
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
+/// Reads a request body up to `limit` bytes (413 beyond it), its bytes
+/// taken from `budget` before they are kept: bodies being read and held
+/// never exceed the budget together. A body of declared length takes its
+/// whole length first; a chunked one takes each part as it comes. Waiting
+/// for the budget takes at most [`BODY_BUDGET_WAIT_MAX`] each time (503:
+/// nothing was applied) and does not count against the client's time: the
+/// client must send the body within [`BODY_READ_TIMEOUT`], pausing at most
+/// [`BODY_IDLE_TIMEOUT`] (408 otherwise), so that a client that stalls or
+/// trickles cannot hold its share of the budget for longer.
+pub async fn read_body_within(
+    mut body: Incoming,
+    limit: usize,
+    budget: &Arc<Semaphore>,
+) -> Result<BufferedBody, ApiError> {
+    let mut held = BudgetHeld::default();
+    if let Some(declared) = hyper::body::Body::size_hint(&body).exact() {
+        let declared = usize::try_from(declared).unwrap_or(usize::MAX);
+        if declared > limit {
+            return Err(too_large(limit));
         }
-        Err(e) => Err(ApiError::bad_request(format!("reading the body: {e}"))),
+        held.take(budget, declared).await?;
     }
+    let mut deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
+    let mut out = BytesMut::with_capacity(held.bytes.min(limit));
+    loop {
+        let idle = deadline.min(tokio::time::Instant::now() + BODY_IDLE_TIMEOUT);
+        let frame = match tokio::time::timeout_at(idle, body.frame()).await {
+            Err(_) => return Err(body_timeout()),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return Err(ApiError::bad_request(format!("reading the body: {e}")))
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let total = out.len() + data.len();
+        if total > limit {
+            return Err(too_large(limit));
+        }
+        if total > held.bytes {
+            let waited = tokio::time::Instant::now();
+            held.take(budget, total - held.bytes).await?;
+            deadline += waited.elapsed();
+        }
+        out.extend_from_slice(&data);
+    }
+    Ok(BufferedBody {
+        bytes: out.freeze(),
+        _budget: held.permit,
+    })
+}
+
+/// The bytes of the body budget one body holds.
+#[derive(Default)]
+struct BudgetHeld {
+    permit: Option<OwnedSemaphorePermit>,
+    bytes: usize,
+}
+
+impl BudgetHeld {
+    /// Takes `more` bytes of `budget`, waiting at most
+    /// [`BODY_BUDGET_WAIT_MAX`] (503 after it).
+    async fn take(&mut self, budget: &Arc<Semaphore>, more: usize) -> Result<(), ApiError> {
+        if more == 0 {
+            return Ok(());
+        }
+        let n = u32::try_from(more).map_err(|_| budget_spent())?;
+        let permit =
+            match tokio::time::timeout(BODY_BUDGET_WAIT_MAX, budget.clone().acquire_many_owned(n))
+                .await
+            {
+                Ok(Ok(permit)) => permit,
+                Ok(Err(_)) | Err(_) => return Err(budget_spent()),
+            };
+        match self.permit.as_mut() {
+            Some(held) => held.merge(permit),
+            None => self.permit = Some(permit),
+        }
+        self.bytes += more;
+        Ok(())
+    }
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("request body exceeds {limit} bytes"),
+    )
+}
+
+fn body_timeout() -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        format!(
+            "the request body did not arrive within {} s, or paused for {} s",
+            BODY_READ_TIMEOUT.as_secs(),
+            BODY_IDLE_TIMEOUT.as_secs()
+        ),
+    )
+}
+
+fn budget_spent() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "too many request bodies are being read; the request was not applied",
+    )
+    .header("retry-after", "1")
 }
 
 /// An idempotent producer's headers (its claim also needs the body's digest).

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use http::StatusCode;
 use strata_segments::StreamKey;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::error::ApiError;
+use super::request::read_body_within;
 use crate::service::admission::ReaderPermit;
 use crate::service::subscriptions::Subscriptions;
 use crate::service::tenancy::TenancyCell;
@@ -43,7 +44,20 @@ pub struct HttpConfig {
     pub operator_token: Option<String>,
     /// What `GET /debug/config` answers (no secrets).
     pub effective_config: serde_json::Value,
+    /// Bytes of request bodies read and buffered at once, over every request
+    /// (`--max-buffered-body-bytes`; at least `max_body_bytes`).
+    pub max_buffered_body_bytes: usize,
+    /// Bytes of SSE frames read and not yet taken by their connections, over
+    /// every live reader (`--max-live-buffer-bytes`).
+    pub max_live_buffer_bytes: usize,
 }
+
+/// Longest a live reader waits for room in the live budget before its
+/// stream ends (SSE: the client reconnects from its last position).
+pub const LIVE_BUDGET_WAIT_MAX: Duration = Duration::from_secs(10);
+/// Longest a new SSE reader waits for room for its first read before it is
+/// refused (503): a client is not left without an answer for long.
+pub const LIVE_BUDGET_FIRST_WAIT_MAX: Duration = Duration::from_secs(1);
 
 /// Writes that may run at once. A write runs to its end even when its
 /// request was answered at the deadline, so that no write stops half-done;
@@ -78,10 +92,17 @@ pub struct FleetHttp {
     pub peer_key: super::peer_key::PeerKey,
 }
 
+/// Bytes one HTTP/1 connection buffers for reading, and for writing, at
+/// most (server and fleet client alike; hyper's default is about 400 KiB):
+/// a slow or stalled peer holds this much per connection, so held
+/// connections cost little memory; body parts beyond it wait in the socket.
+pub const CONNECTION_BUFFER_BYTES_MAX: usize = 64 << 10;
+
 /// A client for other fleet members (plain HTTP, pooled connections).
 pub fn peer_client() -> PeerClient {
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
+        .http1_max_buf_size(CONNECTION_BUFFER_BYTES_MAX)
         .build_http()
 }
 
@@ -93,7 +114,13 @@ pub struct AppState {
     pub live_connections: Arc<AtomicUsize>,
     /// The HTTP layer's metrics and the registry `/metrics` renders.
     pub metrics: super::metrics::HttpMetrics,
+    /// One log line per class of refused requests, rate-limited.
+    pub refusals: super::refusals::RefusalLog,
     write_slots: Arc<Semaphore>,
+    /// The budget of buffered request bodies, in bytes (see `read_body`).
+    body_budget: Arc<Semaphore>,
+    /// The budget of SSE frames, in bytes (see `reserve_live`).
+    live_budget: Arc<Semaphore>,
     /// Set once on a fleet member (`strata serve --fleet`).
     pub fleet: std::sync::OnceLock<FleetHttp>,
     /// True once the server stops: live readers end, paced.
@@ -139,16 +166,69 @@ impl AppState {
         config: HttpConfig,
     ) -> Self {
         let live_connections = Arc::new(AtomicUsize::new(0));
+        let body_budget_bytes = config
+            .max_buffered_body_bytes
+            .max(config.max_body_bytes)
+            .min(Semaphore::MAX_PERMITS);
+        let live_budget_bytes = config.max_live_buffer_bytes.min(Semaphore::MAX_PERMITS);
         AppState {
             metrics: super::metrics::HttpMetrics::new(streams.clone(), live_connections.clone()),
+            refusals: Default::default(),
             streams,
             subscriptions,
             config,
             live_connections,
             write_slots: Arc::new(Semaphore::new(WRITES_IN_FLIGHT_MAX)),
+            body_budget: Arc::new(Semaphore::new(body_budget_bytes)),
+            live_budget: Arc::new(Semaphore::new(live_budget_bytes)),
             fleet: std::sync::OnceLock::new(),
             closing: tokio::sync::watch::Sender::new(false),
             live_tickets: Default::default(),
+        }
+    }
+
+    /// Reads a request body of at most `limit` bytes within the server's
+    /// budget of buffered bodies (see [`read_body_within`]); the budget is
+    /// given back when this returns.
+    pub async fn read_body(
+        &self,
+        body: hyper::body::Incoming,
+        limit: usize,
+    ) -> Result<bytes::Bytes, ApiError> {
+        read_body_within(body, limit, &self.body_budget)
+            .await
+            .map(|b| b.bytes)
+    }
+
+    /// [`AppState::read_body`], the budget held until the body is dropped
+    /// (a body kept for a later resend).
+    pub async fn read_body_held(
+        &self,
+        body: hyper::body::Incoming,
+        limit: usize,
+    ) -> Result<super::request::BufferedBody, ApiError> {
+        read_body_within(body, limit, &self.body_budget).await
+    }
+
+    /// Reserves `bytes` of the live budget (a frame being read or sent),
+    /// waiting at most `wait` (see [`LIVE_BUDGET_WAIT_MAX`] and
+    /// [`LIVE_BUDGET_FIRST_WAIT_MAX`]); a reservation larger than the whole
+    /// budget takes the whole budget. 503 when there is no room in time.
+    pub async fn reserve_live(
+        &self,
+        bytes: usize,
+        wait: Duration,
+    ) -> Result<OwnedSemaphorePermit, ApiError> {
+        let whole = self.config.max_live_buffer_bytes.max(1);
+        let n = u32::try_from(bytes.clamp(1, whole)).unwrap_or(u32::MAX);
+        match tokio::time::timeout(wait, self.live_budget.clone().acquire_many_owned(n)).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) | Err(_) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "too many live readers are being sent data; retry shortly",
+            )
+            .header("retry-after", "1")),
         }
     }
 

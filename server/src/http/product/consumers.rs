@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Map, Value};
 use strata_segments::StreamKey;
 
-use super::super::common::{full, read_body, set, ApiError, ApiResult, AppState, Body};
+use super::super::common::{full, set, ApiError, ApiResult, AppState, Body};
 use super::errors::{bad, error, service_error};
 use super::parse::CONSUMER_VERSION_HEADER;
 use crate::service::product::config::whole_number;
@@ -138,7 +138,8 @@ pub async fn configure(
     key: StreamKey,
     body: Incoming,
 ) -> ApiResult {
-    let body = read_body(body, CONSUMER_CONFIG_BYTES_MAX)
+    let body = state
+        .read_body(body, CONSUMER_CONFIG_BYTES_MAX)
         .await
         .map_err(|e| bad("invalid_config", e.message))?;
     let settings = ConsumerSettings::parse(&body).map_err(|e| bad("invalid_config", e.0))?;
@@ -224,12 +225,14 @@ fn only_fields(fields: &Map<String, Value>, allowed: &[&str], what: &str) -> Res
 
 /// A JSON object body of at most `limit` bytes with only `allowed` fields.
 async fn fields_of(
+    state: &AppState,
     body: Incoming,
     limit: usize,
     what: &str,
     allowed: &[&str],
 ) -> Result<Map<String, Value>, ApiError> {
-    let body = read_body(body, limit)
+    let body = state
+        .read_body(body, limit)
         .await
         .map_err(|e| bad("invalid_body", e.message))?;
     let fields = object_body(&body, what)?;
@@ -244,6 +247,7 @@ pub async fn pull(
     body: Incoming,
 ) -> ApiResult {
     let fields = fields_of(
+        state,
         body,
         PULL_BODY_BYTES_MAX,
         "pull",
@@ -355,6 +359,7 @@ pub async fn settle(
     body: Incoming,
 ) -> ApiResult {
     let fields = fields_of(
+        state,
         body,
         SETTLE_BODY_BYTES_MAX,
         "settle",

@@ -19,7 +19,8 @@ use strata_segments::StreamKey;
 
 use super::super::common::usage::admit_stored;
 use super::super::common::{
-    empty, full, read_body, render, set, ApiError, ApiResult, AppState, Body, ProducerHeaders,
+    empty, full, render, set, ApiError, ApiResult, AppState, Body, ProducerHeaders,
+    LIVE_BUDGET_FIRST_WAIT_MAX,
 };
 use super::super::live::{self, is_binary, LiveRead, Pace, SseFraming};
 use super::consumers;
@@ -216,7 +217,8 @@ async fn create(
     key: StreamKey,
     body: Incoming,
 ) -> ApiResult {
-    let body = read_body(body, CONFIG_BYTES_MAX)
+    let body = state
+        .read_body(body, CONFIG_BYTES_MAX)
         .await
         .map_err(|e| bad("invalid_config", e.message))?;
     let config = CollectionConfig::parse(&body, state.streams.now_ms())
@@ -328,7 +330,7 @@ async fn append(
     }
     let routing_key = call.routing_key?;
     let producer = call.producer?;
-    let body = read_body(body, state.config.max_body_bytes).await?;
+    let body = state.read_body(body, state.config.max_body_bytes).await?;
     streams
         .admit_append(project, body.len())
         .map_err(service_error)?;
@@ -427,7 +429,7 @@ async fn seal(
         .map_err(service_error)?;
     let key = key?;
     let producer = producer?;
-    let body = read_body(body, state.config.max_body_bytes).await?;
+    let body = state.read_body(body, state.config.max_body_bytes).await?;
     streams
         .admit_append(project, body.len())
         .map_err(service_error)?;
@@ -590,6 +592,15 @@ async fn read(
             })?)
         }
     };
+    // An SSE stream's first frame has its room in the live budget first.
+    let reserved = match transport {
+        Transport::Sse { .. } => Some(
+            state
+                .reserve_live(live::frame_bytes_max(&call), LIVE_BUDGET_FIRST_WAIT_MAX)
+                .await?,
+        ),
+        _ => None,
+    };
     let outcome = call.read(&state, from).await.map_err(|e| match e.code {
         // A position past the tail can only come from a forged cursor.
         "invalid_body" => bad(
@@ -601,7 +612,14 @@ async fn read(
     match transport {
         Transport::Plain => Ok(page_response(&call.scope(epoch), &outcome)),
         Transport::LongPoll { wait } => long_poll(&state, &call, epoch, outcome, wait).await,
-        Transport::Sse { wait } => sse(state, call, epoch, outcome, wait).await,
+        Transport::Sse { wait } => match reserved {
+            Some(reserved) => sse(state, call, epoch, (outcome, reserved), wait).await,
+            None => Err(error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "an SSE read without its reservation",
+            )),
+        },
     }
 }
 
@@ -640,6 +658,10 @@ impl LiveRead for ReadCall {
 
     async fn read(&self, state: &AppState, from: ReadFrom) -> Result<ReadOutcome, ApiError> {
         ReadCall::read(self, state, from).await
+    }
+
+    fn read_bytes_max(&self) -> usize {
+        self.max_bytes
     }
 
     fn error(&self, e: ServiceError) -> ApiError {
@@ -687,7 +709,7 @@ async fn sse(
     state: Arc<AppState>,
     call: ReadCall,
     epoch: [u8; 16],
-    first: ReadOutcome,
+    first: (ReadOutcome, tokio::sync::OwnedSemaphorePermit),
     wait: Duration,
 ) -> ApiResult {
     let slot = state.live_slot(LIVE_CAPACITY_CODE)?.with_project(
@@ -699,7 +721,7 @@ async fn sse(
     let framing = ProductFraming {
         call: call.clone(),
         epoch,
-        binary: is_binary(&first.content_type),
+        binary: is_binary(&first.0.content_type),
     };
     Ok(live::sse(
         state,

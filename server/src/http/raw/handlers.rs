@@ -12,7 +12,8 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use strata_segments::StreamKey;
 
 use super::super::common::{
-    empty, full, read_body, render, set, with_status, ApiError, ApiResult, AppState, Body,
+    empty, full, render, set, with_status, ApiError, ApiResult, AppState, Body,
+    LIVE_BUDGET_FIRST_WAIT_MAX,
 };
 use super::super::live::{self, is_binary, LiveRead, Pace, SseFraming};
 use super::errors::LIVE_CAPACITY_CODE;
@@ -73,7 +74,7 @@ async fn create(
     name: String,
     request: CreateRequest,
 ) -> ApiResult {
-    let body = read_body(body, state.config.max_body_bytes).await?;
+    let body = state.read_body(body, state.config.max_body_bytes).await?;
     let CreateRequest {
         key,
         content_type,
@@ -132,7 +133,7 @@ async fn append(
     name: String,
     request: AppendRequest,
 ) -> ApiResult {
-    let body = read_body(body, state.config.max_body_bytes).await?;
+    let body = state.read_body(body, state.config.max_body_bytes).await?;
     state.streams.admit_append(project, body.len())?;
     super::super::common::usage::admit_stored(&state, project).await?;
     let spec = request.spec(body)?;
@@ -373,6 +374,10 @@ impl LiveRead for RawReader {
         Ok(state.bounded(state.deadline(), read).await?)
     }
 
+    fn read_bytes_max(&self) -> usize {
+        crate::service::RAW_READ_BYTES
+    }
+
     fn error(&self, e: ServiceError) -> ApiError {
         ApiError::from(e)
     }
@@ -455,7 +460,11 @@ async fn sse(
         name,
         key,
     };
-    // Validate the start (offset beyond the tail, wrong key) before streaming.
+    // Validate the start (offset beyond the tail, wrong key) before streaming;
+    // the first frame has its room in the live budget first.
+    let reserved = state
+        .reserve_live(live::frame_bytes_max(&reader), LIVE_BUDGET_FIRST_WAIT_MAX)
+        .await?;
     let first = reader.read(&state, read_from(Some(offset))).await?;
     let framing = RawFraming {
         binary: is_binary(&meta.content_type),
@@ -463,5 +472,12 @@ async fn sse(
         first_round: true,
     };
     let pace = Pace::raw_sse(state.config.long_poll_timeout);
-    Ok(live::sse(state, slot, reader, framing, first, pace))
+    Ok(live::sse(
+        state,
+        slot,
+        reader,
+        framing,
+        (first, reserved),
+        pace,
+    ))
 }

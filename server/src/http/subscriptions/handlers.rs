@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::errors::{error_answer, Refusal};
 use super::parse::{parse_ack, parse_add_streams, parse_claim, parse_config, parse_release};
-use crate::http::{empty, full, read_body, ApiError, ApiResult, AppState, Body};
+use crate::http::{empty, full, ApiError, ApiResult, AppState, Body};
 use crate::service::subscriptions::{check_id, SubError};
 
 /// Largest body the subscription API reads.
@@ -178,7 +178,9 @@ pub async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|k| strata_segments::StreamKey::parse(k).ok())
         .or_else(|| state.config.dev_default_key.clone());
-    let body = read_body(request.into_body(), SUB_BODY_BYTES_MAX).await?;
+    let body = state
+        .read_body(request.into_body(), SUB_BODY_BYTES_MAX)
+        .await?;
     // Set by the router on every route a token does not authenticate.
     let project = project.unwrap_or_default();
     let project = project.as_str();
