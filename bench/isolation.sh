@@ -21,6 +21,8 @@
 #   QUIET_CONNECTIONS   default 8
 #   NOISY_CONNECTIONS   default 512
 #   NOISY_RATE          the noisy project's appendRequestsPerSecond (default 2000)
+#   NOISY_BYTES_RATE    and its appendBytesPerSecond (default: none)
+#   NOISY_RECORD_BYTES  the noisy project's record size (default RECORD_BYTES)
 #   PUT_LATENCY_MS      emulated PUT latency (default 25)
 #   STREAMS             streams per project (default 8)
 #   RECORD_BYTES        default 100
@@ -35,9 +37,11 @@ DURATION="${DURATION:-10}"
 QUIET_CONNECTIONS="${QUIET_CONNECTIONS:-8}"
 NOISY_CONNECTIONS="${NOISY_CONNECTIONS:-512}"
 NOISY_RATE="${NOISY_RATE:-2000}"
+NOISY_BYTES_RATE="${NOISY_BYTES_RATE:-}"
 PUT_LATENCY_MS="${PUT_LATENCY_MS:-25}"
 export STREAMS="${STREAMS:-8}"
 export RECORD_BYTES="${RECORD_BYTES:-100}"
+NOISY_RECORD_BYTES="${NOISY_RECORD_BYTES:-$RECORD_BYTES}"
 DEV_KEY="aXNvbGF0aW9uLWJlbmNoLWRldmVsb3BtZW50LWtleTI"
 QUIET_TOKEN="quiet-token-000000000001"
 NOISY_TOKEN="noisy-token-000000000001"
@@ -62,7 +66,9 @@ stop_server() {
 trap 'stop_server; rm -rf "$run"' EXIT
 
 printf 'quiet %s\nnoisy %s\n' "$QUIET_TOKEN" "$NOISY_TOKEN" >"$run/tokens"
-printf '{"projects": {"noisy": {"appendRequestsPerSecond": %s}}}\n' "$NOISY_RATE" >"$run/limits"
+bytes_limit=""
+[ -n "$NOISY_BYTES_RATE" ] && bytes_limit=", \"appendBytesPerSecond\": $NOISY_BYTES_RATE"
+printf '{"projects": {"noisy": {"appendRequestsPerSecond": %s%s}}}\n' "$NOISY_RATE" "$bytes_limit" >"$run/limits"
 
 # start_server [extra flags...]: a fresh store, both projects' streams made.
 start_server() {
@@ -95,7 +101,7 @@ quiet() {
 
 noisy() {
     # Starts a second before the quiet run and ends a second after it.
-    BEARER_TOKEN="$NOISY_TOKEN" wrk -t1 -c"$NOISY_CONNECTIONS" -d"$((DURATION + 2))s" \
+    RECORD_BYTES="$NOISY_RECORD_BYTES" BEARER_TOKEN="$NOISY_TOKEN" wrk -t1 -c"$NOISY_CONNECTIONS" -d"$((DURATION + 2))s" \
         -s "$here/append.lua" "http://127.0.0.1:$port" >"$run/noisy.txt"
 }
 
@@ -140,7 +146,7 @@ quiet
 wait "$noisy_pid"
 report unlimited
 
-log "limited (noisy: $NOISY_RATE appends/s)"
+log "limited (noisy: $(cat "$run/limits"))"
 start_server --limits-file "$run/limits"
 noisy &
 noisy_pid=$!
