@@ -43,6 +43,33 @@ async fn append(api: &Api, name: &str, n: u64) -> common::product::Answer {
     .await
 }
 
+/// A refusal of the append rate is answered only after part of its
+/// window (up to 1 s) has passed, and its `retryAfterMs` counts from the
+/// answer: a client that resends at once costs one request per window.
+#[tokio::test]
+async fn a_rate_refusal_is_held_for_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = json!({"projects": {"flood": {"appendRequestsPerSecond": 1}}});
+    let (server, _) = start(dir.path(), &limits).await;
+    let flood = Api::new(&server, Some(FLOOD), DEV_KEY);
+    let created = Api::send(flood.request(Method::PUT, "c").body(JSON_DOC)).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert_eq!(append(&flood, "c", 0).await.status, 200);
+    let asked = std::time::Instant::now();
+    let refused = append(&flood, "c", 1).await;
+    let waited = asked.elapsed();
+    refused.expect_error(429, "rate_limited");
+    // The bucket was empty: the next token was about 1 s away.
+    assert!(
+        waited >= std::time::Duration::from_millis(500),
+        "{waited:?}"
+    );
+    let left = refused.json()["error"]["details"]["retryAfterMs"]
+        .as_u64()
+        .unwrap();
+    assert!(left <= 500, "retryAfterMs {left} after {waited:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_over_its_append_rate_is_refused_and_another_is_not() {
     let dir = tempfile::tempdir().unwrap();

@@ -52,6 +52,15 @@ pub struct HttpConfig {
     pub max_live_buffer_bytes: usize,
 }
 
+/// How long a refused append's answer is held, at least and at most (see
+/// `AppState::admit_append`). At a high rate the wait for the next token is
+/// a fraction of a millisecond, and the many connections of a client that
+/// resends at once would keep the server busy refusing: each refusal is
+/// held at least the minimum, so such a client is refused at most four
+/// times a second per connection.
+pub const RATE_REFUSAL_HOLD_MIN: Duration = Duration::from_millis(250);
+pub const RATE_REFUSAL_HOLD_MAX: Duration = Duration::from_secs(1);
+
 /// Longest a live reader waits for room in the live budget before its
 /// stream ends (SSE: the client reconnects from its last position).
 pub const LIVE_BUDGET_WAIT_MAX: Duration = Duration::from_secs(10);
@@ -184,6 +193,34 @@ impl AppState {
             fleet: std::sync::OnceLock::new(),
             closing: tokio::sync::watch::Sender::new(false),
             live_tickets: Default::default(),
+        }
+    }
+
+    /// Admits a client's append of `body` against its project's rate limits
+    /// (see `Streams::admit_append`), answering the body back. A refusal is
+    /// answered only after the body is dropped and its wait for a token has
+    /// passed, held within [`RATE_REFUSAL_HOLD_MIN`] and
+    /// [`RATE_REFUSAL_HOLD_MAX`] (its `Retry-After` counts from the answer):
+    /// a client that resends at once after each 429 costs a few requests a
+    /// second on each of its connections, not thousands.
+    pub async fn admit_append(
+        &self,
+        project: &str,
+        body: bytes::Bytes,
+    ) -> Result<bytes::Bytes, crate::service::ServiceError> {
+        use crate::service::ServiceError;
+        match self.streams.admit_append(project, body.len()) {
+            Ok(()) => Ok(body),
+            Err(ServiceError::Limited(mut refusal)) => {
+                drop(body);
+                let hold = Duration::from_millis(refusal.retry_after_ms)
+                    .clamp(RATE_REFUSAL_HOLD_MIN, RATE_REFUSAL_HOLD_MAX);
+                tokio::time::sleep(hold).await;
+                let held_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
+                refusal.retry_after_ms = refusal.retry_after_ms.saturating_sub(held_ms);
+                Err(ServiceError::Limited(refusal))
+            }
+            Err(other) => Err(other),
         }
     }
 

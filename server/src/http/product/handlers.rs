@@ -331,8 +331,9 @@ async fn append(
     let routing_key = call.routing_key?;
     let producer = call.producer?;
     let body = state.read_body(body, state.config.max_body_bytes).await?;
-    streams
-        .admit_append(project, body.len())
+    let body = state
+        .admit_append(project, body)
+        .await
         .map_err(service_error)?;
     admit_stored(state, project).await.map_err(service_error)?;
     let records = if !json_stream {
@@ -430,8 +431,9 @@ async fn seal(
     let key = key?;
     let producer = producer?;
     let body = state.read_body(body, state.config.max_body_bytes).await?;
-    streams
-        .admit_append(project, body.len())
+    let body = state
+        .admit_append(project, body)
+        .await
         .map_err(service_error)?;
     admit_stored(state, project).await.map_err(service_error)?;
     let parsed = seal_body(&body)?;

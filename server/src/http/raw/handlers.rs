@@ -134,7 +134,7 @@ async fn append(
     request: AppendRequest,
 ) -> ApiResult {
     let body = state.read_body(body, state.config.max_body_bytes).await?;
-    state.streams.admit_append(project, body.len())?;
+    let body = state.admit_append(project, body).await?;
     super::super::common::usage::admit_stored(&state, project).await?;
     let spec = request.spec(body)?;
     let producer = spec.producer.clone();
