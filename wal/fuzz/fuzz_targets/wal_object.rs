@@ -6,7 +6,8 @@
 //! or the same error when the header fails); a decoded object obeys the
 //! format's rules; and since the decoder checks every byte (reserved byte
 //! included) and every length exactly, re-encoding a decoded object gives the
-//! same bytes.
+//! same bytes, except a Create entry of the layout before accounts, which is
+//! written back in the current one and reads back the same.
 #![no_main]
 
 use bytes::Bytes;
@@ -47,8 +48,26 @@ fn check(bytes: &Bytes) {
                 }
             }
             let encoded = encode(&object).expect("a decoded object re-encodes");
-            assert_eq!(encoded.len, bytes.len());
-            assert_eq!(&encoded.to_bytes(), bytes, "re-encoding changed the bytes");
+            let encoded_bytes = encoded.to_bytes();
+            if &encoded_bytes != bytes {
+                // The one layout that re-encodes differently: a Create entry
+                // written before accounts (its body ends after the key
+                // fingerprint) is written back with an empty account (two
+                // bytes more), and reads back the same.
+                let without_account = object
+                    .entries
+                    .iter()
+                    .filter(|e| matches!(e, WalEntry::Create(c) if c.account.is_empty()))
+                    .count();
+                let grown = encoded_bytes.len().checked_sub(bytes.len());
+                assert!(
+                    grown.is_some_and(|g| g > 0 && g % 2 == 0 && g / 2 <= without_account),
+                    "re-encoding changed the bytes"
+                );
+                let again = decode(&encoded_bytes).expect("a re-encoded object decodes");
+                assert_eq!(again, object, "an older Create layout reads back the same");
+            }
+            assert_eq!(encoded.len, encoded_bytes.len());
         }
         Err(e) => {
             if let Err(header_error) = &header {
