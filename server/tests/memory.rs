@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fleet::Fleet;
-use common::{client, free_port, Server, DEV_KEY};
+use common::{client, free_port, holds_within, Server, DEV_KEY};
 use tokio::io::AsyncWriteExt;
 
 /// How much the server may grow over its size before the floods, in MiB.
@@ -144,22 +144,17 @@ async fn readers(base: &str, count: usize) -> (Vec<reqwest::Response>, usize) {
 async fn create_streams(base: &str) {
     let c = client();
     for i in 0..8 {
-        // A fleet's shards may still be moving: 503s are retried.
-        let mut status = 0;
-        for _ in 0..200 {
-            let r = c
-                .put(format!("{base}/v1/stream/flood-{i}"))
+        // A fleet's shards may still be moving: 503s are sent again.
+        let created = common::fleet::settled(|| {
+            c.put(format!("{base}/v1/stream/flood-{i}"))
                 .header("content-type", "application/octet-stream")
-                .send()
-                .await
-                .unwrap();
-            status = r.status().as_u16();
-            if status != 503 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!((200..300).contains(&status), "create: {status}");
+        })
+        .await;
+        assert!(
+            (200..300).contains(&created.status),
+            "create: {}",
+            created.status
+        );
     }
 }
 
@@ -195,26 +190,28 @@ async fn flood(target: &str, pid: u32) -> u64 {
     eprintln!("[memory] {target}: 200 stalled bodies sent");
     // Their pause is cut after 10 s, a wait for the budget after 10 s.
     let c = client();
-    let mut taken = false;
-    let mut last = String::new();
-    for _ in 0..600 {
-        let r = c
+    let last = std::sync::Mutex::new(String::new());
+    let taken = holds_within(Duration::from_secs(60), || async {
+        let answer = c
             .post(format!("{target}/v1/stream/flood-0"))
             .header("content-type", "application/octet-stream")
             .body("probe")
             .send()
             .await;
-        match r {
-            Ok(r) if r.status().is_success() => {
-                taken = true;
-                break;
-            }
-            Ok(r) => last = format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(taken, "appends were never taken again: {last}");
+        let text = match answer {
+            Ok(r) if r.status().is_success() => return true,
+            Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        *last.lock().unwrap() = text;
+        false
+    })
+    .await;
+    assert!(
+        taken,
+        "appends were never taken again: {}",
+        last.lock().unwrap()
+    );
     eprintln!(
         "[memory] {target}: appends taken again; peak {}",
         peak.load(Ordering::Relaxed)

@@ -402,6 +402,27 @@ impl Admission {
 }
 
 /// Takes one append request of `body_bytes` from `state`'s buckets under
+/// Refuses with `kind` while `bucket` (of `rate` tokens a second, if
+/// limited) holds less than `need_milli` thousandths of a token.
+fn short_of(
+    kind: LimitKind,
+    rate: Option<u64>,
+    bucket: Option<&Bucket>,
+    need_milli: i128,
+) -> Result<(), Refusal> {
+    let (Some(rate), Some(bucket)) = (rate, bucket) else {
+        return Ok(());
+    };
+    match bucket.wait_ms(rate, need_milli) {
+        0 => Ok(()),
+        wait_ms => Err(Refusal {
+            kind,
+            limit: rate,
+            retry_after_ms: wait_ms,
+        }),
+    }
+}
+
 /// `limits`, or refuses it (taking nothing).
 fn judge_append(
     state: &mut ProjectState,
@@ -415,27 +436,19 @@ fn judge_append(
     let mut bytes = limits
         .append_bytes_per_second
         .map(|rate| refilled(&mut state.bytes, rate, now_ms));
-    if let (Some(rate), Some(bucket)) = (limits.append_requests_per_second, &requests) {
-        let wait_ms = bucket.wait_ms(rate, 1000);
-        if wait_ms > 0 {
-            return Err(Refusal {
-                kind: LimitKind::AppendRequests,
-                limit: rate,
-                retry_after_ms: wait_ms,
-            });
-        }
-    }
-    if let (Some(rate), Some(bucket)) = (limits.append_bytes_per_second, &bytes) {
-        // Admitted while anything is left; a large body runs into debt.
-        let wait_ms = bucket.wait_ms(rate, 1);
-        if wait_ms > 0 {
-            return Err(Refusal {
-                kind: LimitKind::AppendBytes,
-                limit: rate,
-                retry_after_ms: wait_ms,
-            });
-        }
-    }
+    short_of(
+        LimitKind::AppendRequests,
+        limits.append_requests_per_second,
+        requests.as_ref(),
+        1000,
+    )?;
+    // Admitted while anything is left; a large body runs into debt.
+    short_of(
+        LimitKind::AppendBytes,
+        limits.append_bytes_per_second,
+        bytes.as_ref(),
+        1,
+    )?;
     if let Some(bucket) = requests.as_mut() {
         bucket.level_milli -= 1000;
         state.requests = Some(*bucket);

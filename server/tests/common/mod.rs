@@ -158,13 +158,25 @@ pub fn run_in_process(server: strata_server::cli::serve::Server) -> Running {
 /// naming `what` otherwise. For effects the server shows only in its
 /// answers and its log (a signal's, say).
 pub async fn eventually<F: std::future::Future<Output = bool>>(what: &str, holds: impl Fn() -> F) {
-    for _ in 0..200 {
+    assert!(
+        holds_within(Duration::from_secs(10), holds).await,
+        "never happened: {what}"
+    );
+}
+
+/// Whether `holds` becomes true within `longest` (checked every 50 ms).
+pub async fn holds_within<F: std::future::Future<Output = bool>>(
+    longest: Duration,
+    holds: impl Fn() -> F,
+) -> bool {
+    let checks = (longest.as_millis() / 50).max(1);
+    for _ in 0..checks {
         if holds().await {
-            return;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("never happened: {what}");
+    false
 }
 
 /// Sends `SIGHUP` to a server (it reloads its tokens and limits files).
