@@ -35,7 +35,7 @@ pub use env::{
 pub use error::EngineError;
 pub use ids::{stream_id, InstanceId, InvalidShardName, ShardName, StreamRef};
 pub use shard::{
-    AccountUsage, AppendAck, AppendKind, AppendRequest, AppendTicket, ChangeTicket, CreateAck,
-    KeySpan, ProducerClaim, ProducerState, ReadBatch, ReadLimits, Shard, ShardConfig, ShardStatus,
-    StreamInfo, StreamStatus, WaitOutcome,
+    AccountUsage, AppendAck, AppendKind, AppendRequest, AppendTicket, ChangeTicket, ClaimRead,
+    CreateAck, KeySpan, ProducerClaim, ProducerState, ReadBatch, ReadLimits, Shard, ShardConfig,
+    ShardStatus, StreamInfo, StreamStatus, WaitOutcome,
 };

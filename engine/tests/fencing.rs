@@ -190,3 +190,49 @@ async fn a_fenced_handle_that_has_not_written_confirms_its_claim_before_a_reject
     new.confirm_claim().await.expect("the newer owner holds it");
     new.append(produce(2)).await.unwrap();
 }
+
+/// A claim made from a manifest read earlier (the fleet reads it to see who
+/// holds the shard, then claims from that read) fails as fenced when
+/// another owner claimed in between, and leaves that owner serving; one made
+/// from a fresh read claims.
+#[tokio::test]
+async fn a_claim_from_a_stale_manifest_read_is_fenced() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let name = ShardName::new("gate").unwrap();
+    let retry = ShardConfig::default().store_retry;
+    let first = open(store.clone(), 1).await.unwrap();
+    let read = strata_engine::ClaimRead::load(&store, &name, retry)
+        .await
+        .unwrap();
+    assert_eq!(read.holder().unwrap().instance, InstanceId([1; 16]));
+    let second = open(store.clone(), 2).await.unwrap();
+    let stale = Shard::open_from(
+        EngineEnv::production(store.clone()),
+        name.clone(),
+        InstanceId([3; 16]),
+        ShardConfig::default(),
+        read,
+    )
+    .await;
+    assert!(
+        matches!(stale, Err(EngineError::Fenced)),
+        "a claim from a replaced read must fail as fenced, got {:?}",
+        stale.err()
+    );
+    second.create_stream(STREAM, &cipher()).await.unwrap();
+    let fresh = strata_engine::ClaimRead::load(&store, &name, retry)
+        .await
+        .unwrap();
+    assert_eq!(fresh.holder().unwrap().instance, InstanceId([2; 16]));
+    let third = Shard::open_from(
+        EngineEnv::production(store.clone()),
+        name,
+        InstanceId([3; 16]),
+        ShardConfig::default(),
+        fresh,
+    )
+    .await
+    .unwrap();
+    assert!(third.stream_info(&STREAM).is_some());
+    drop(first);
+}

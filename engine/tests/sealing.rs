@@ -759,3 +759,47 @@ async fn a_graceful_shutdown_seals_so_the_next_open_replays_no_data() {
         .unwrap();
     assert_eq!(got.len(), 5);
 }
+
+/// An open's sweep (a listing of each of the shard's folders) waits at
+/// least `sweep_delay`: right after a claim the store serves the shard's first
+/// appends (and, in a failover, the other claims), and what the sweep finds
+/// waits `gc_grace` anyway. It still runs, and still collects what an older
+/// owner left.
+#[tokio::test(start_paused = true)]
+async fn an_open_sweeps_after_its_delay_and_still_collects() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let first = open(&memory, 1, manual(Duration::from_secs(600))).await;
+    let s = stream(1);
+    create(&first, s).await;
+    append(&first, s, "", &texts("x", 0..5)).await;
+    first.seal_now().await.unwrap();
+    // The old owner dies before collecting what its seal left (its grace
+    // period had not passed).
+    first.crash();
+    assert!(!only_referenced_objects_remain(&memory).await);
+    let delay = Duration::from_secs(10);
+    let config = ShardConfig {
+        sweep_delay: delay,
+        ..manual(Duration::ZERO)
+    };
+    let (store, counts) = counted(memory.clone());
+    let second = open(&store, 2, config).await;
+    let after_open = counts.snapshot().lists;
+    tokio::time::sleep(delay - Duration::from_secs(1)).await;
+    assert_eq!(
+        counts.snapshot().lists,
+        after_open,
+        "no sweep before its delay"
+    );
+    assert!(!only_referenced_objects_remain(&memory).await);
+    eventually("the sweep collected the old owner's garbage", || {
+        let memory = memory.clone();
+        async move { only_referenced_objects_remain(&memory).await }
+    })
+    .await;
+    assert!(
+        counts.snapshot().lists >= after_open + 3,
+        "the sweep listed wal/, index/ and seg/"
+    );
+    assert_eq!(second.stream_info(&s).unwrap().tail.next_offset, 5);
+}

@@ -38,8 +38,12 @@ pub struct ShardConfig {
     pub max_records_per_append: usize,
     /// Payload bytes in one append request.
     pub max_append_bytes: usize,
-    /// Parallel GETs while replaying the WAL.
+    /// Parallel GETs while replaying the WAL (and loading index runs)…
     pub replay_parallelism: usize,
+    /// …and WAL bytes a replay fetches at once: the GETs in flight are
+    /// fewer when the largest object of the walk times their count would
+    /// exceed it.
+    pub replay_bytes_in_flight_max: u64,
     /// Retries of store calls before a write counts as failed.
     pub store_retry: RetryPolicy,
     /// Back-off ceiling while re-opening after a store failure.
@@ -55,6 +59,11 @@ pub struct ShardConfig {
     /// How long garbage (old WAL objects, merged runs, dead segments) waits
     /// before it is deleted: readers that started before still find it.
     pub gc_grace: Duration,
+    /// How long after an open its sweep (listing every folder of the shard
+    /// for what older owners left) waits: the garbage it finds waits
+    /// `gc_grace` anyway, and right after a claim the store is needed for
+    /// the shard's first appends, and a failover's other claims.
+    pub sweep_delay: Duration,
     /// Local disk cache of sealed chunks (shared by the shards of a process).
     pub chunk_cache: Option<Arc<ChunkCache>>,
 }
@@ -72,7 +81,8 @@ impl Default for ShardConfig {
             max_memory_page_bytes: 2 << 30,
             max_records_per_append: 1 << 20,
             max_append_bytes: 64 << 20,
-            replay_parallelism: 16,
+            replay_parallelism: 64,
+            replay_bytes_in_flight_max: 64 << 20,
             store_retry: RetryPolicy::default(),
             reopen_backoff_max: Duration::from_secs(5),
             seal_bytes: 24 << 20,
@@ -80,6 +90,7 @@ impl Default for ShardConfig {
             seal_age: Duration::from_secs(45),
             max_index_runs: 8,
             gc_grace: Duration::from_secs(600),
+            sweep_delay: Duration::from_secs(10),
             chunk_cache: None,
         }
     }

@@ -7,11 +7,12 @@
 //! It reaches the queue two ways:
 //!
 //! * a seal that landed hands over what its manifest dropped;
-//! * the sweep after every open lists the shard's folders and queues what the
-//!   manifest does not reference — WAL objects below the replay point, and
-//!   runs and segments named by an *older* epoch (an older owner can no longer
-//!   get them referenced: its manifest CAS would fail). This is how garbage
-//!   survives crashes without being written down anywhere.
+//! * the sweep after every open (between `sweep_delay` and twice that after
+//!   it) lists the shard's folders and queues what the manifest does not
+//!   reference — WAL objects below the replay point, and runs and segments
+//!   named by an *older* epoch (an older owner can no longer get them
+//!   referenced: its manifest CAS would fail). This is how garbage survives
+//!   crashes without being written down anywhere.
 //!
 //! Everything waits `gc_grace` before deletion, so a reader that looked at an
 //! older manifest (an opener, an operator tool) still finds it; and a segment a
@@ -282,6 +283,20 @@ async fn run_jobs(ctx: &ShardCtx, work: Vec<(usize, Job)>) -> Vec<(usize, bool)>
         .buffer_unordered(GC_DELETES_PARALLEL)
         .collect()
         .await
+}
+
+/// How long the sweep of the open at `epoch` waits: `sweep_delay`, plus up
+/// to as much again, spread by shard and epoch (no draw of randomness, so a
+/// simulation's seeds replay): the shards a member claims together (a
+/// failover, a rejoin) do not list their folders all at once.
+pub(crate) fn sweep_delay(ctx: &ShardCtx, epoch: u64) -> std::time::Duration {
+    use std::hash::{Hash, Hasher};
+    const SPREAD_STEPS: u64 = 1024;
+    let base = ctx.config.sweep_delay;
+    let mut hasher = std::hash::DefaultHasher::new();
+    (ctx.layout.shard().as_str(), epoch).hash(&mut hasher);
+    let step = hasher.finish() % SPREAD_STEPS;
+    base + base.mul_f64(step as f64 / SPREAD_STEPS as f64)
 }
 
 /// Lists the shard's folders and returns what `manifest` (claimed at `epoch`)

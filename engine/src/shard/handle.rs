@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use object_store::ObjectStore;
 use parking_lot::RwLock;
-use strata_manifest::CasObject;
+use strata_manifest::{CasObject, Manifest, ManifestCodec, RetryPolicy, Versioned};
 use strata_segments::{
     plan_pages, prepare_body, sealed_page_len, StreamCipher, ROUTING_KEY_BYTES_MAX,
 };
@@ -28,6 +29,7 @@ use super::limits;
 use super::recovery::{self, RecoveryReport};
 use super::shared::ShardShared;
 use super::state::Tail;
+use crate::admin::ShardHolder;
 use crate::env::EngineEnv;
 use crate::error::EngineError;
 use crate::ids::{InstanceId, ShardName, StreamRef};
@@ -86,6 +88,39 @@ impl Drop for ShardHandle {
     }
 }
 
+/// A shard's manifest as read before a claim: who holds the shard, and the
+/// version a claim made from this read replaces (`If-Match` on its e-tag, or
+/// `If-None-Match` when there was none). A claim from a read that another
+/// write has replaced since fails as fenced, so a caller that read the
+/// manifest to decide whether to claim can claim from that read without
+/// reading it again.
+#[derive(Debug, Clone)]
+pub struct ClaimRead {
+    current: Option<Versioned<Manifest>>,
+}
+
+impl ClaimRead {
+    /// Reads `shard`'s manifest (one GET, retried by `retry`).
+    pub async fn load(
+        store: &Arc<dyn ObjectStore>,
+        shard: &ShardName,
+        retry: RetryPolicy,
+    ) -> Result<ClaimRead, EngineError> {
+        let layout = ShardLayout::new(shard.clone());
+        let cas = CasObject::<ManifestCodec>::new(store.clone(), layout.manifest(), retry);
+        let current = recovery::load_manifest_from(&cas).await?;
+        Ok(ClaimRead { current })
+    }
+
+    /// The instance and epoch of the last claim (`None`: no manifest yet).
+    pub fn holder(&self) -> Option<ShardHolder> {
+        self.current.as_ref().map(|m| ShardHolder {
+            instance: InstanceId(m.value.writer.instance),
+            epoch: m.value.writer.epoch,
+        })
+    }
+}
+
 impl Shard {
     /// Claims `shard` in the store for `instance`, replays its WAL, fences the
     /// previous owner, and starts the write path.
@@ -94,6 +129,28 @@ impl Shard {
         shard: ShardName,
         instance: InstanceId,
         config: ShardConfig,
+    ) -> Result<Shard, EngineError> {
+        Self::open_with(env, shard, instance, config, None).await
+    }
+
+    /// [`Shard::open`], claiming from the manifest `read` saw instead of
+    /// reading it again.
+    pub async fn open_from(
+        env: EngineEnv,
+        shard: ShardName,
+        instance: InstanceId,
+        config: ShardConfig,
+        read: ClaimRead,
+    ) -> Result<Shard, EngineError> {
+        Self::open_with(env, shard, instance, config, Some(read)).await
+    }
+
+    async fn open_with(
+        env: EngineEnv,
+        shard: ShardName,
+        instance: InstanceId,
+        config: ShardConfig,
+        read: Option<ClaimRead>,
     ) -> Result<Shard, EngineError> {
         let layout = ShardLayout::new(shard);
         let manifest = CasObject::new(env.store.clone(), layout.manifest(), config.store_retry);
@@ -104,7 +161,7 @@ impl Shard {
             config,
             manifest,
         });
-        let opened = recovery::open_shard(&ctx).await?;
+        let opened = recovery::open_shard(&ctx, read.map(|r| r.current)).await?;
         let shared = Arc::new(ShardShared {
             streams: RwLock::new(HashMap::new()),
             status: watch::channel(ShardStatus::Active).0,

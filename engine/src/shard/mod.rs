@@ -66,7 +66,7 @@ pub use api::{
 };
 pub use cache::{CacheCounts, ChunkCache};
 pub use config::ShardConfig;
-pub use handle::{AppendTicket, ChangeTicket, Shard};
+pub use handle::{AppendTicket, ChangeTicket, ClaimRead, Shard};
 pub use read::{KeySpan, ReadBatch, ReadLimits, WaitOutcome};
 pub use recovery::{inspect_log, inspect_log_at, inspect_log_from, LogView, RecoveryReport};
 pub use state::{

@@ -18,7 +18,7 @@
 //!    owner's next WAL write meets an occupied slot and it learns it is fenced;
 //!    anything it writes after the fence is from an older epoch and skipped.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use tokio::time::Instant;
 
 use bytes::Bytes;
@@ -138,9 +138,17 @@ impl Walker<'_> {
     }
 }
 
-/// Claims the shard and rebuilds its state.
-pub(crate) async fn open_shard(ctx: &ShardCtx) -> Result<Opened, EngineError> {
-    let current = load_manifest(ctx).await?;
+/// Claims the shard and rebuilds its state; `read` is the manifest (or its
+/// absence) as the caller read it before deciding to claim (`None`: read it
+/// now). A claim from a read another write replaced since fails as fenced.
+pub(crate) async fn open_shard(
+    ctx: &ShardCtx,
+    read: Option<Option<Versioned<Manifest>>>,
+) -> Result<Opened, EngineError> {
+    let current = match read {
+        Some(current) => current,
+        None => load_manifest(ctx).await?,
+    };
     if current.is_none() {
         refuse_if_not_empty(ctx).await?;
     }
@@ -183,7 +191,14 @@ pub(crate) async fn reclaim(
 
 /// The manifest in the store (`None`: there is none).
 async fn load_manifest(ctx: &ShardCtx) -> Result<Option<Versioned<Manifest>>, EngineError> {
-    ctx.manifest.load().await.map_err(|e| match e {
+    load_manifest_from(&ctx.manifest).await
+}
+
+/// The manifest `cas` names (`None`: there is none).
+pub(crate) async fn load_manifest_from(
+    cas: &CasObject<ManifestCodec>,
+) -> Result<Option<Versioned<Manifest>>, EngineError> {
+    cas.load().await.map_err(|e| match e {
         CasError::Corrupt { path, source } => EngineError::corrupt(path, source),
         other => EngineError::Store {
             reason: other.to_string(),
@@ -353,16 +368,20 @@ async fn superseded_or(ctx: &ShardCtx, epoch: u64, error: EngineError) -> Engine
 
 /// Lists the WAL from `replay` and applies the contiguous run of objects that
 /// starts there. Returns the walk, the first missing slot, and every listed slot.
+/// The manifest's index runs are read while the WAL is listed (neither
+/// depends on the other: runs are immutable, the listing starts at the
+/// manifest's replay point).
 async fn walk<'a>(
     ctx: &'a ShardCtx,
     manifest: Option<&Manifest>,
     owner_epoch: Option<u64>,
 ) -> Result<(Walker<'a>, u64, BTreeSet<u64>), EngineError> {
-    let table = match manifest {
-        Some(m) => load_runs(ctx, m).await?,
-        None => StreamTable::default(),
+    let from = replay_point(manifest).slot;
+    let (table, listed) = match manifest {
+        Some(m) => futures::try_join!(load_runs(ctx, m), list_slots(ctx, from))?,
+        None => (StreamTable::default(), list_slots(ctx, from).await?),
     };
-    walk_from(ctx, manifest, table, owner_epoch).await
+    walk_listed(ctx, manifest, table, listed, owner_epoch).await
 }
 
 /// `walk`, on top of a sealed state already loaded.
@@ -372,17 +391,38 @@ async fn walk_from<'a>(
     table: StreamTable,
     owner_epoch: Option<u64>,
 ) -> Result<(Walker<'a>, u64, BTreeSet<u64>), EngineError> {
-    let store = &ctx.env.store;
-    let replay = manifest.map(|m| m.replay).unwrap_or(ReplayPoint {
+    let listed = list_slots(ctx, replay_point(manifest).slot).await?;
+    walk_listed(ctx, manifest, table, listed, owner_epoch).await
+}
+
+/// Where a walk of `manifest` starts (the beginning of the log without one).
+fn replay_point(manifest: Option<&Manifest>) -> ReplayPoint {
+    manifest.map(|m| m.replay).unwrap_or(ReplayPoint {
         slot: 0,
         epoch_floor: 0,
         chain_end: strata_manifest::NO_SLOT,
-    });
-    let listed = list_slots(ctx, replay.slot).await?;
+    })
+}
+
+/// `walk` over the slots `listed` from the replay point on.
+async fn walk_listed<'a>(
+    ctx: &'a ShardCtx,
+    manifest: Option<&Manifest>,
+    table: StreamTable,
+    listed: ListedSlots,
+    owner_epoch: Option<u64>,
+) -> Result<(Walker<'a>, u64, BTreeSet<u64>), EngineError> {
+    let store = &ctx.env.store;
+    let replay = replay_point(manifest);
     let mut end = replay.slot;
-    while listed.contains(&end) {
+    while listed.contains(end) {
         end += 1;
     }
+    let window = listed.window(
+        replay.slot..end,
+        ctx.config.replay_parallelism,
+        ctx.config.replay_bytes_in_flight_max,
+    );
     let mut walker = Walker {
         ctx,
         touched: HashSet::new(),
@@ -406,7 +446,7 @@ async fn walk_from<'a>(
                 Err(e) => Err(EngineError::store(&e)),
             }
         })
-        .buffered(ctx.config.replay_parallelism.max(1));
+        .buffered(window);
     let halfway = replay.slot + (end - replay.slot) / 2;
     while let Some((slot, bytes)) = fetches.try_next().await? {
         if slot == halfway && owner_epoch.is_some() {
@@ -415,7 +455,7 @@ async fn walk_from<'a>(
         walker.take(slot, &bytes)?;
     }
     drop(fetches);
-    Ok((walker, end, listed))
+    Ok((walker, end, listed.from(replay.slot)))
 }
 
 /// A read-only view of a shard's log: what an owner opening it now would
@@ -544,8 +584,41 @@ pub(crate) async fn load_runs(
     Ok(table)
 }
 
-/// WAL slots at or after `from` that exist, from one listing.
-async fn list_slots(ctx: &ShardCtx, from: u64) -> Result<BTreeSet<u64>, EngineError> {
+/// WAL slots at or after `from` that exist, from one listing, with their
+/// sizes (they bound the bytes a walk fetches at once).
+#[derive(Debug, Default)]
+struct ListedSlots {
+    sizes: BTreeMap<u64, u64>,
+}
+
+impl ListedSlots {
+    fn contains(&self, slot: u64) -> bool {
+        self.sizes.contains_key(&slot)
+    }
+
+    /// The listed slots at or after `from`.
+    fn from(&self, from: u64) -> BTreeSet<u64> {
+        self.sizes.range(from..).map(|(slot, _)| *slot).collect()
+    }
+
+    /// How many GETs of `slots` a walk keeps in flight: at most
+    /// `count_max`, and few enough that as many of the largest object
+    /// among them stay within `bytes_max` (one at least). Objects are
+    /// applied in slot order, so a window of `n` may hold `n` whole objects.
+    fn window(&self, slots: std::ops::Range<u64>, count_max: usize, bytes_max: u64) -> usize {
+        let largest = self
+            .sizes
+            .range(slots)
+            .map(|(_, size)| *size)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let by_bytes = usize::try_from(bytes_max / largest).unwrap_or(usize::MAX);
+        by_bytes.min(count_max).max(1)
+    }
+}
+
+async fn list_slots(ctx: &ShardCtx, from: u64) -> Result<ListedSlots, EngineError> {
     let prefix = ctx.layout.wal_prefix();
     let store: &dyn ObjectStore = ctx.env.store.as_ref();
     let listing = if from == 0 {
@@ -557,9 +630,47 @@ async fn list_slots(ctx: &ShardCtx, from: u64) -> Result<BTreeSet<u64>, EngineEr
         .try_collect()
         .await
         .map_err(|e| EngineError::store(&e))?;
-    Ok(metas
+    let sizes = metas
         .iter()
-        .filter_map(|m| ctx.layout.parse_wal_slot(&m.location))
-        .filter(|&s| s >= from)
-        .collect())
+        .filter_map(|m| Some((ctx.layout.parse_wal_slot(&m.location)?, m.size)))
+        .filter(|&(slot, _)| slot >= from)
+        .collect();
+    Ok(ListedSlots { sizes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ListedSlots;
+
+    fn listed(sizes: &[(u64, u64)]) -> ListedSlots {
+        ListedSlots {
+            sizes: sizes.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn a_walk_window_holds_as_many_of_its_largest_object_as_the_byte_bound_allows() {
+        let small = listed(&[(10, 100), (11, 200), (12, 150)]);
+        assert_eq!(
+            small.window(10..13, 64, 64 << 20),
+            64,
+            "tiny objects: the count bounds"
+        );
+        let large = listed(&[(10, 100), (11, 16 << 20), (12, 100)]);
+        assert_eq!(
+            large.window(10..13, 64, 64 << 20),
+            4,
+            "one 16 MiB object: four at once"
+        );
+        assert_eq!(
+            large.window(12..13, 64, 64 << 20),
+            64,
+            "only the walked range counts"
+        );
+        let huge = listed(&[(10, 128 << 20)]);
+        assert_eq!(huge.window(10..11, 64, 64 << 20), 1, "one GET at least");
+        assert_eq!(listed(&[]).window(0..0, 64, 64 << 20), 64);
+        assert_eq!(small.window(10..13, 0, 64 << 20), 1);
+        assert_eq!(small.from(11).into_iter().collect::<Vec<_>>(), vec![11, 12]);
+    }
 }

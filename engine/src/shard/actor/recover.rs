@@ -213,11 +213,13 @@ impl Actor {
         self.sealer.state = seal;
         // The sweep finds again whatever was queued, with a fresh grace period.
         self.collector.queue = GcQueue::default();
-        self.collector.tasks.spawn(gc::sweep(
-            self.ctx.clone(),
-            opened.manifest.value.clone(),
-            opened.epoch,
-        ));
+        let (ctx, manifest) = (self.ctx.clone(), opened.manifest.value.clone());
+        let epoch = opened.epoch;
+        let delay = gc::sweep_delay(&self.ctx, epoch);
+        self.collector.tasks.spawn(async move {
+            tokio::time::sleep(delay).await;
+            gc::sweep(ctx, manifest, epoch).await
+        });
         self.owner.manifest = opened.manifest;
         self.owner.epoch = opened.epoch;
         self.wal.next_slot = opened.next_slot;
