@@ -82,6 +82,8 @@ struct View {
     held_heartbeat: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
     /// Set while a held heartbeat PUT waits.
     heartbeat_waiting: AtomicBool,
+    /// Listings of the stream registry (`registry/`) made through this view.
+    registry_listings: AtomicU64,
 }
 
 /// A member's router, set once it exists.
@@ -162,6 +164,9 @@ impl StoreLayer for View {
         prefix: Option<&Path>,
         offset: Option<&Path>,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        if prefix.is_some_and(|p| p.as_ref().starts_with("registry")) {
+            self.registry_listings.fetch_add(1, Ordering::SeqCst);
+        }
         let listing = strata_engine::store::inner_listing(inner, prefix, offset);
         let hidden = self.hidden.lock().clone();
         let written = self.written_ms.lock().clone();
@@ -275,6 +280,7 @@ impl World {
                 lapsed_in_claim: AtomicBool::new(false),
                 held_heartbeat: Mutex::new(None),
                 heartbeat_waiting: AtomicBool::new(false),
+                registry_listings: AtomicU64::new(0),
             },
         ));
         // The view reads the simulated clock through a shared counter.
@@ -768,4 +774,55 @@ async fn a_lease_renewed_after_a_lapse_serves_no_shard_claimed_meanwhile() {
     gate.add_permits(1);
     slow_beat.await.expect("the slow beat");
     world.check_safety(0, 0);
+}
+
+/// A survivor that inherits several shards in one beat reads the registry
+/// once for their expiries, not once per shard: on a loaded store those
+/// reads (a listing and a GET per descriptor, each time) queued in front of
+/// the claims and of the first appends to the claimed streams.
+#[tokio::test]
+async fn a_beat_that_claims_several_shards_lists_the_registry_once() {
+    let mut world = settled_pair().await;
+    let inherited = world.members[0].streams.router().owned().len();
+    assert!(inherited >= 2, "member 0 serves {inherited} shards");
+    world.crash(0);
+    // The expiry scans run in the background: let those of the settling
+    // claims finish (the runtime has one thread; an in-memory store never
+    // waits).
+    settle_background().await;
+    let view = world.members[1].view.clone();
+    let layer = view.layer();
+    let before = layer.registry_listings.load(Ordering::SeqCst);
+    let mut claiming_beats = 0;
+    for _ in 0..(4 * LEASE_MS / HEARTBEAT_MS) {
+        let owned = world.members[1].streams.router().owned().len();
+        world.advance(HEARTBEAT_MS);
+        world.beat(1).await;
+        if world.members[1].streams.router().owned().len() > owned {
+            claiming_beats += 1;
+        }
+        if world.members[1].streams.router().owned().len() == SHARDS as usize {
+            break;
+        }
+    }
+    assert_eq!(
+        world.members[1].streams.router().owned().len(),
+        SHARDS as usize,
+        "member 1 claimed member 0's shards"
+    );
+    settle_background().await;
+    let listings = layer.registry_listings.load(Ordering::SeqCst) - before;
+    assert!(claiming_beats >= 1);
+    assert_eq!(
+        listings, claiming_beats,
+        "{listings} registry listings for {inherited} shards claimed in {claiming_beats} beats"
+    );
+}
+
+/// Lets the tasks spawned so far run to their end (the test runtime has one
+/// thread and an in-memory store never waits, so they need only turns).
+async fn settle_background() {
+    for _ in 0..10_000 {
+        tokio::task::yield_now().await;
+    }
 }

@@ -21,18 +21,29 @@ impl Streams {
         result
     }
 
-    /// Queues the expiry of every stream of shard `index` that has one: a
-    /// fleet member calls it when it claims the shard (streams created on
-    /// other members since its start are unknown to its reaper). One listing
-    /// of the registry; answers how many were queued.
-    pub async fn schedule_shard_expiries(&self, index: ShardIndex) -> Result<usize, ServiceError> {
+    /// Queues the expiry of every stream of the shards `claimed` that has
+    /// one: a fleet member calls it after a beat's claims (streams created
+    /// on other members since its start are unknown to its reaper). One
+    /// listing of the registry for all of them, however many shards the
+    /// beat claimed (a survivor inheriting a dead member's shards must not
+    /// list and read every descriptor once per shard while its claims and
+    /// their first appends wait on the same store); answers how many were
+    /// queued.
+    pub async fn schedule_shard_expiries(
+        &self,
+        claimed: &[ShardIndex],
+    ) -> Result<usize, ServiceError> {
+        if claimed.is_empty() {
+            return Ok(0);
+        }
         let scan = self.registry.scan().await?;
         let mut queued = 0;
         for desc in &scan.live {
             let Some(id) = desc.stream_id_bytes() else {
                 continue;
             };
-            if self.shards.index_of(&id) == index && desc.expiry_deadline_ms(0).is_some() {
+            if claimed.contains(&self.shards.index_of(&id)) && desc.expiry_deadline_ms(0).is_some()
+            {
                 self.schedule_expiry(&desc.project, desc, self.durable_access_ms(desc));
                 queued += 1;
             }

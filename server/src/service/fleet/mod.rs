@@ -20,7 +20,7 @@ pub use controller::{Fleet, FleetConfig, Peers, ShardOpener, ShardOwner};
 pub use heartbeat::{Heartbeat, MemberState};
 pub use membership::Member;
 
-use strata_engine::{EngineEnv, EngineError, InstanceId, Shard, ShardConfig};
+use strata_engine::{ClaimRead, EngineEnv, EngineError, InstanceId, Shard, ShardConfig};
 
 use crate::service::routing::ShardIndex;
 
@@ -32,13 +32,25 @@ pub struct EngineOpener {
 }
 
 impl ShardOpener for EngineOpener {
-    fn open(&self, index: ShardIndex) -> controller::BoxFuture<Result<Shard, EngineError>> {
-        let (env, instance, config) = (self.env.clone(), self.instance, self.config.clone());
-        Box::pin(async move {
-            let name = index.shard_name().map_err(|e| EngineError::Unavailable {
-                reason: e.to_string(),
-            })?;
-            Shard::open(env, name, instance, config).await
-        })
+    fn read(&self, index: ShardIndex) -> controller::BoxFuture<Result<ClaimRead, EngineError>> {
+        let (store, retry) = (self.env.store.clone(), self.config.store_retry);
+        Box::pin(async move { ClaimRead::load(&store, &shard_name(index)?, retry).await })
     }
+
+    fn open(
+        &self,
+        index: ShardIndex,
+        read: ClaimRead,
+    ) -> controller::BoxFuture<Result<Shard, EngineError>> {
+        let (env, instance, config) = (self.env.clone(), self.instance, self.config.clone());
+        Box::pin(
+            async move { Shard::open_from(env, shard_name(index)?, instance, config, read).await },
+        )
+    }
+}
+
+fn shard_name(index: ShardIndex) -> Result<strata_engine::ShardName, EngineError> {
+    index.shard_name().map_err(|e| EngineError::Unavailable {
+        reason: e.to_string(),
+    })
 }

@@ -16,8 +16,8 @@
 //!    stop, then tell the new owner); point the rest at their owners.
 //!    A beat with shards to claim PUTs its heartbeat once before the claims
 //!    too (releases done, claims not begun), so the claims start on a fresh
-//!    lease; if that PUT fails it claims nothing. Then it reads the
-//!    holders, and only then LISTs `fleet/` again: a holder is judged by a
+//!    lease; if that PUT fails it claims nothing. It reads the holders
+//!    meanwhile, and only then LISTs `fleet/` again: a holder is judged by a
 //!    listing that started after its claim was read, so a member that
 //!    looked dead at the beat's first listing but came back and claimed
 //!    since is seen live (its claim followed a heartbeat that landed).
@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parking_lot::Mutex;
-use strata_engine::{Clock, EngineError, InstanceId, Shard};
+use strata_engine::{ClaimRead, Clock, EngineError, InstanceId, Shard};
 
 mod moves;
 
@@ -120,10 +120,12 @@ impl FleetConfig {
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// Opens (claims) a shard: the engine's `Shard::open` with this server's
-/// environment and settings.
+/// Reads a shard's manifest (who holds it) and opens (claims) it from that
+/// read: the engine's `ClaimRead::load` and `Shard::open_from` with this
+/// server's environment and settings.
 pub trait ShardOpener: Send + Sync {
-    fn open(&self, index: ShardIndex) -> BoxFuture<Result<Shard, EngineError>>;
+    fn read(&self, index: ShardIndex) -> BoxFuture<Result<ClaimRead, EngineError>>;
+    fn open(&self, index: ShardIndex, read: ClaimRead) -> BoxFuture<Result<Shard, EngineError>>;
 }
 
 /// Tells another member to look at the fleet again now (it re-reads this
@@ -622,8 +624,17 @@ impl Fleet {
         let to_claim = self.claims_after_keep_alive(wanted).await;
         // Claims run side by side: a survivor that inherits several shards
         // does not make the last one wait for all the others.
-        let claims = futures::future::join_all(to_claim.into_iter().map(|index| self.claim(index)));
-        self.keeping_alive(claims).await;
+        let claims =
+            futures::future::join_all(to_claim.into_iter().map(|(index, read)| async move {
+                self.claim(index, read).await.then_some(index)
+            }));
+        let claimed = self
+            .keeping_alive(claims)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        self.schedule_expiries(claimed);
         hints
     }
 

@@ -7,6 +7,7 @@ use std::future::Future;
 
 use futures::StreamExt;
 use strata_engine::admin::ShardHolder;
+use strata_engine::ClaimRead;
 
 use super::{
     stop_shard, Fleet, View, CLAIMS_PER_BEAT_MAX, CLAIM_TIMEOUT, HOLDER_READS_IN_FLIGHT_MAX,
@@ -22,39 +23,40 @@ impl Fleet {
     /// a slow store claims take seconds, and a lease renewed only after them
     /// would lapse meanwhile and stop every shard this member serves. A
     /// member whose heartbeat does not land claims nothing (it could not
-    /// serve what it claimed, and would only fence the owner). Then the
-    /// holders are read (at most [`HOLDER_READS_PER_BEAT_MAX`]), then the
-    /// members listed again, then the claim rule (at most
+    /// serve what it claimed, and would only fence the owner). While it is
+    /// written the holders are read (at most [`HOLDER_READS_PER_BEAT_MAX`]);
+    /// then the members are listed again, then the claim rule (at most
     /// [`CLAIMS_PER_BEAT_MAX`]): see the module header.
     pub(super) async fn claims_after_keep_alive(
         &self,
         candidates: Vec<ShardIndex>,
-    ) -> Vec<ShardIndex> {
+    ) -> Vec<(ShardIndex, ClaimRead)> {
         if candidates.is_empty() {
             return Vec::new();
         }
         let started_ms = self.clock.now_ms();
-        if !self.write_heartbeat().await {
+        // The holders are read while the heartbeat is written (a read
+        // changes nothing; only the claims must wait for the lease).
+        let holders = futures::stream::iter(candidates.into_iter().take(HOLDER_READS_PER_BEAT_MAX))
+            .map(|index| async move { (index, self.read_holder(index).await) })
+            .buffered(HOLDER_READS_IN_FLIGHT_MAX)
+            .filter_map(|(index, read)| async move { read.map(|r| (index, r)) })
+            .collect::<Vec<(ShardIndex, ClaimRead)>>();
+        let (wrote, holders) = futures::join!(self.write_heartbeat(), holders);
+        if !wrote {
             return Vec::new();
         }
         self.renew_lease(started_ms).await;
-        let holders: Vec<(ShardIndex, Option<ShardHolder>)> =
-            futures::stream::iter(candidates.into_iter().take(HOLDER_READS_PER_BEAT_MAX))
-                .map(|index| async move { (index, self.read_holder(index).await) })
-                .buffered(HOLDER_READS_IN_FLIGHT_MAX)
-                .filter_map(|(index, holder)| async move { holder.map(|h| (index, h)) })
-                .collect()
-                .await;
         if holders.is_empty() || !self.refresh_membership().await {
             return Vec::new();
         }
         let mut to_claim = Vec::new();
-        for (index, holder) in holders {
+        for (index, read) in holders {
             if to_claim.len() >= CLAIMS_PER_BEAT_MAX {
                 break;
             }
-            if self.may_claim(index, holder) {
-                to_claim.push(index);
+            if self.may_claim(index, read.holder()) {
+                to_claim.push((index, read));
             }
         }
         to_claim
@@ -108,12 +110,12 @@ impl Fleet {
         true
     }
 
-    /// Shard `index`'s holder, read from its manifest (one GET; `None`: the
-    /// manifest is unreadable, so not this beat; `Some(None)`: no holder).
-    async fn read_holder(&self, index: ShardIndex) -> Option<Option<ShardHolder>> {
-        let name = index.shard_name().ok()?;
-        match strata_engine::admin::shard_holder(&self.store, &name).await {
-            Ok(holder) => Some(holder),
+    /// Shard `index`'s manifest, read for its holder and for the claim
+    /// (one GET; `None`: the manifest is unreadable, so not this beat). A
+    /// claim made from it fails as fenced if another write replaced it since.
+    async fn read_holder(&self, index: ShardIndex) -> Option<ClaimRead> {
+        match self.opener.read(index).await {
+            Ok(read) => Some(read),
             Err(e) => {
                 tracing::warn!(shard = index.0, error = %e, "fleet: reading the shard's manifest failed; not claiming it this beat");
                 None
@@ -139,9 +141,11 @@ impl Fleet {
         )
     }
 
-    pub(super) async fn claim(&self, index: ShardIndex) {
+    /// Claims shard `index` from the manifest `read` saw (opens it and
+    /// serves it here); answers whether it is served here now.
+    pub(super) async fn claim(&self, index: ShardIndex, read: ClaimRead) -> bool {
         self.router().place(index, Slot::Unowned);
-        match tokio::time::timeout(CLAIM_TIMEOUT, self.opener.open(index)).await {
+        match tokio::time::timeout(CLAIM_TIMEOUT, self.opener.open(index, read)).await {
             Ok(Ok(shard)) => {
                 let report = shard.last_recovery();
                 self.streams.forget_shard(index);
@@ -157,21 +161,34 @@ impl Fleet {
                     streams = report.streams,
                     "fleet: shard claimed"
                 );
-                let streams = self.streams.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = streams.schedule_shard_expiries(index).await {
-                        tracing::warn!(shard = index.0, error = %e, "fleet: could not load the claimed shard's expiry deadlines; its streams expire on access");
-                    }
-                });
+                true
             }
             Ok(Err(e)) => {
-                tracing::warn!(shard = index.0, error = %e, "fleet: claiming a shard failed; trying again next beat")
+                tracing::warn!(shard = index.0, error = %e, "fleet: claiming a shard failed; trying again next beat");
+                false
             }
-            Err(_) => tracing::warn!(
-                shard = index.0,
-                "fleet: claiming a shard timed out; trying again next beat"
-            ),
+            Err(_) => {
+                tracing::warn!(
+                    shard = index.0,
+                    "fleet: claiming a shard timed out; trying again next beat"
+                );
+                false
+            }
         }
+    }
+
+    /// Queues the expiries of the streams of the shards a beat `claimed`, in
+    /// the background: one registry scan for all of them.
+    pub(super) fn schedule_expiries(&self, claimed: Vec<ShardIndex>) {
+        if claimed.is_empty() {
+            return;
+        }
+        let streams = self.streams.clone();
+        tokio::spawn(async move {
+            if let Err(e) = streams.schedule_shard_expiries(&claimed).await {
+                tracing::warn!(shards = ?claimed, error = %e, "fleet: could not load the claimed shards' expiry deadlines; their streams expire on access");
+            }
+        });
     }
 
     /// Points shard `index` at `to`; if it was owned here, flushes and stops
