@@ -252,6 +252,39 @@ async fn malformed_requests_get_4xx_with_json_errors() {
             "{what}"
         );
     }
+    // A body refused for its size is read to its end first (dropped), so
+    // the connection stays open for the client's next request; one too
+    // large to drain says the connection closes.
+    let refused = c
+        .post(server.url("s"))
+        .header("content-type", "application/json")
+        .body(format!("[{}]", vec!["1"; 600].join(",")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 413);
+    assert_eq!(refused.headers().get("connection"), None);
+    let next = c
+        .post(server.url("s"))
+        .header("content-type", "application/json")
+        .body("[1]")
+        .send()
+        .await
+        .unwrap();
+    assert!(next.status().is_success(), "{}", next.status());
+    let mut raw = tokio::net::TcpStream::connect(server.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = "POST /v1/stream/s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                content-length: 104857600\r\n\r\n";
+    tokio::io::AsyncWriteExt::write_all(&mut raw, head.as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 413"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
     // Arbitrary offsets and producer values never reach a 5xx.
     for garbage in [
         "%00",

@@ -91,7 +91,8 @@ pub struct BufferedBody {
     _budget: Option<OwnedSemaphorePermit>,
 }
 
-/// Reads a request body up to `limit` bytes (413 beyond it), its bytes
+/// Reads a request body up to `limit` bytes (413 beyond it, answered once
+/// the rest was drained: see [`drained`]), its bytes
 /// taken from `budget` before they are kept: bodies being read and held
 /// never exceed the budget together. A body of declared length takes its
 /// whole length first; a chunked one takes each part as it comes. Waiting
@@ -109,9 +110,11 @@ pub async fn read_body_within(
     if let Some(declared) = hyper::body::Body::size_hint(&body).exact() {
         let declared = usize::try_from(declared).unwrap_or(usize::MAX);
         if declared > limit {
-            return Err(too_large(limit));
+            return Err(drained(body, too_large(limit)).await);
         }
-        held.take(budget, declared).await?;
+        if let Err(refusal) = held.take(budget, declared).await {
+            return Err(drained(body, refusal).await);
+        }
     }
     let mut deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
     let mut out = BytesMut::with_capacity(held.bytes.min(limit));
@@ -130,11 +133,13 @@ pub async fn read_body_within(
         };
         let total = out.len() + data.len();
         if total > limit {
-            return Err(too_large(limit));
+            return Err(drained(body, too_large(limit)).await);
         }
         if total > held.bytes {
             let waited = tokio::time::Instant::now();
-            held.take(budget, total - held.bytes).await?;
+            if let Err(refusal) = held.take(budget, total - held.bytes).await {
+                return Err(drained(body, refusal).await);
+            }
             deadline += waited.elapsed();
         }
         out.extend_from_slice(&data);
@@ -176,6 +181,39 @@ impl BudgetHeld {
     }
 }
 
+/// Most bytes of a refused body read (and dropped) before the refusal is
+/// answered, and how long that may take.
+const REFUSED_BODY_DRAIN_BYTES_MAX: usize = 1 << 20;
+const REFUSED_BODY_DRAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `refusal`, once what is left of `body` was read and dropped (at most
+/// [`REFUSED_BODY_DRAIN_BYTES_MAX`] within [`REFUSED_BODY_DRAIN_TIME_MAX`],
+/// nothing kept), so that the connection can carry the client's next
+/// request. A body longer or slower than that is not waited for: the
+/// refusal then says `Connection: close`, as the connection closes after it
+/// (a client that sent its next request on it would lose that request).
+async fn drained(mut body: Incoming, refusal: ApiError) -> ApiError {
+    let declared = hyper::body::Body::size_hint(&body).exact();
+    if declared.is_some_and(|n| n > REFUSED_BODY_DRAIN_BYTES_MAX as u64) {
+        return refusal.header("connection", "close");
+    }
+    let deadline = tokio::time::Instant::now() + REFUSED_BODY_DRAIN_TIME_MAX;
+    let mut left = REFUSED_BODY_DRAIN_BYTES_MAX;
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(None) => return refusal,
+            Ok(Some(Ok(frame))) => {
+                let size = frame.data_ref().map_or(0, |d| d.len());
+                if size > left {
+                    return refusal.header("connection", "close");
+                }
+                left -= size;
+            }
+            Ok(Some(Err(_))) | Err(_) => return refusal.header("connection", "close"),
+        }
+    }
+}
+
 fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -194,6 +232,8 @@ fn body_timeout() -> ApiError {
             BODY_IDLE_TIMEOUT.as_secs()
         ),
     )
+    // The rest of the body is not waited for: the connection closes.
+    .header("connection", "close")
 }
 
 fn budget_spent() -> ApiError {
