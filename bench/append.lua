@@ -29,6 +29,16 @@ local bearer = os.getenv("BEARER_TOKEN")
 if bearer and bearer ~= "" then
   headers["Authorization"] = "Bearer " .. bearer
 end
+-- BATCH_RECORDS=N (with the product API prefix): each request posts one JSON
+-- array of N string records of RECORD_BYTES bytes to bench-<i>/records:batch.
+local batch_records = tonumber(os.getenv("BATCH_RECORDS") or "0")
+if product and batch_records > 0 then
+  local record = '"' .. string.rep("x", math.max(record_bytes - 2, 0)) .. '"'
+  local parts = {}
+  for i = 1, batch_records do parts[i] = record end
+  body = "[" .. table.concat(parts, ",") .. "]"
+  headers["Content-Type"] = "application/json"
+end
 local n = 0
 
 function setup(thread)
@@ -40,7 +50,11 @@ function request()
   local path = prefix .. "bench-" .. ((n + (offset or 0)) % streams)
   if product then
     headers["Prisma-Routing-Key"] = "k" .. (n % routing_keys)
-    path = path .. "/records"
+    if batch_records > 0 then
+      path = path .. "/records:batch"
+    else
+      path = path .. "/records"
+    end
   end
   return wrk.format("POST", path, headers, body)
 end

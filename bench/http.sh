@@ -10,6 +10,8 @@
 #   strata:               h c=1, a c=64 (local dir store); l c=1, b c=1024 (+25 ms PUT latency)
 #   strata, product API:  m c=64 (local dir store), n c=1024 (+25 ms PUT latency):
 #                         POST /v1/streams/bench-<i>/records over ROUTING_KEYS keys
+#                         o c=64 (local dir store): JSON collections, POST
+#                         /v1/streams/bench-<i>/records:batch, BATCH_RECORDS a request
 #   durable-streams Rust: i c=1, c c=64, d c=1024
 #   Node, in memory:      j c=1, e c=64, f c=1024
 #   Node, file-backed:    k c=1, g c=64
@@ -21,7 +23,8 @@
 #   WARMUP        seconds of unmeasured wrk warm-up before each run (default 2, 0 = none)
 #   THREADS       wrk threads (default 1)
 #   RECORD_BYTES  append body size (default 100)
-#   ROUTING_KEYS  routing keys per stream in configurations m and n (default 1000)
+#   ROUTING_KEYS  routing keys per stream in configurations m, n and o (default 1000)
+#   BATCH_RECORDS records per request in configuration o (default 1000)
 #   BENCH_TMP     parent of the run's data directories (default ${TMPDIR:-/tmp})
 #   KEEP_DATA=1   keep the run directory (data, server logs, wrk output) at exit
 #   RESULTS_DIR   if set, copy the table and every wrk/server log there
@@ -51,8 +54,8 @@ err() { printf '[bench] ERROR: %s\n' "$*" >&2; }
 
 for cfg in $ONLY; do
     case "$cfg" in
-        a | b | c | d | e | f | g | h | i | j | k | l | m | n) ;;
-        *) err "unknown configuration '$cfg' in ONLY (expected a..n)"; exit 2 ;;
+        a | b | c | d | e | f | g | h | i | j | k | l | m | n | o) ;;
+        *) err "unknown configuration '$cfg' in ONLY (expected a..o)"; exit 2 ;;
     esac
 done
 wants() { # wants a b ...: is any of these configurations selected?
@@ -66,7 +69,7 @@ for tool in wrk curl awk; do
 done
 
 # ---------------------------------------------------------------- build ----
-if wants a b h l m n; then
+if wants a b h l m n o; then
     if [ -n "${STRATA_BIN:-}" ]; then
         :
     else
@@ -200,12 +203,13 @@ wait_ready() { # wait_ready URL LOG: poll until the server answers any HTTP stat
     return 1
 }
 
-create_streams() { # create_streams BASE PREFIX N KEY -> prints how many got 2xx
-    local base="$1" prefix="$2" n="$3" key="$4" i
+create_streams() { # create_streams BASE PREFIX N KEY [BATCH] -> prints how many got 2xx
+    local base="$1" prefix="$2" n="$3" key="$4" batch="${5:-0}" i kind=bytes
     local -a hdr=(-H "Content-Type: application/octet-stream")
     [ -n "$key" ] && hdr+=(-H "Stream-Encryption-Key: $key")
+    [ "$batch" -gt 0 ] && kind=json
     if [ "$prefix" = /v1/streams/ ]; then # the product API: a typed document
-        hdr=(-H "Prisma-Encryption-Key: $key" --data '{"format":{"kind":"bytes"}}')
+        hdr=(-H "Prisma-Encryption-Key: $key" --data "{\"format\":{\"kind\":\"$kind\"}}")
     fi
     for i in $(seq 0 $((n - 1))); do
         printf 'url = "%s%sbench-%d"\noutput = "/dev/null"\n' "$base" "$prefix" "$i"
@@ -213,8 +217,10 @@ create_streams() { # create_streams BASE PREFIX N KEY -> prints how many got 2xx
         -w '%{http_code}\n' 2>/dev/null | grep -c '^2' || true
 }
 
-probe_append() { # probe_append BASE PREFIX KEY -> HTTP status of one append
-    local base="$1" prefix="$2" key="$3" suffix=""
+probe_append() { # probe_append BASE PREFIX KEY [BATCH] -> HTTP status of one append
+    local base="$1" prefix="$2" key="$3" batch="${4:-0}" suffix=""
+    local body
+    body="$(head -c "$RECORD_BYTES" /dev/zero | tr '\0' x)"
     local -a hdr=(-H "Content-Type: application/octet-stream")
     [ -n "$key" ] && hdr+=(-H "Stream-Encryption-Key: $key")
     if [ "$prefix" = /v1/streams/ ]; then
@@ -222,13 +228,17 @@ probe_append() { # probe_append BASE PREFIX KEY -> HTTP status of one append
             -H "Prisma-Routing-Key: k0")
         suffix=/records
     fi
+    if [ "$batch" -gt 0 ]; then
+        hdr=(-H "Content-Type: application/json" -H "Prisma-Encryption-Key: $key"
+            -H "Prisma-Routing-Key: k0")
+        suffix=/records:batch body='["probe"]'
+    fi
     curl -s -o /dev/null -m 10 -w '%{http_code}' -X POST "${hdr[@]}" \
-        --data-binary "$(head -c "$RECORD_BYTES" /dev/zero | tr '\0' x)" \
-        "${base}${prefix}bench-0${suffix}" || true
+        --data-binary "$body" "${base}${prefix}bench-0${suffix}" || true
 }
 
 STRATA_KEY=""
-if wants a b h l m n; then
+if wants a b h l m n o; then
     STRATA_KEY="$("$STRATA_BIN" keys generate)"
 fi
 
@@ -238,31 +248,36 @@ FAILED=0
 
 run_config() {
     local cfg="$1"
-    local server config conns streams prefix key health
+    local server config conns streams prefix key health batch=0
     local -a cmd env_vars=()
     local data
     data="$(mktemp -d "$RUN_DIR/$cfg.XXXXXX")" # fresh, unique; removed only at exit
     local port
     port="$(free_port)"
     case "$cfg" in
-        a | b | h | l | m | n)
+        a | b | h | l | m | n | o)
             server="strata"
             prefix="/v1/stream/" key="$STRATA_KEY" health="/healthz"
             cmd=("$STRATA_BIN" serve --listen "127.0.0.1:$port" --store "$data/store")
             case "$cfg" in
-                a | h | m) config="local dir store (fdatasync)" ;;
+                a | h | m | o) config="local dir store (fdatasync)" ;;
                 b | l | n) config="local dir store + 25 ms emulated PUT latency"
                        cmd+=(--emulate-put-latency-ms 25) ;;
             esac
             case "$cfg" in
-                a | m) conns=64 ;;
+                a | m | o) conns=64 ;;
                 b | n) conns=1024 ;;
                 h | l) conns=1 ;;
             esac
-            if [ "$cfg" = m ] || [ "$cfg" = n ]; then
+            if [ "$cfg" = m ] || [ "$cfg" = n ] || [ "$cfg" = o ]; then
                 server="strata, product API"
                 config="$config, ${ROUTING_KEYS:-1000} routing keys per stream"
                 prefix="/v1/streams/"
+            fi
+            if [ "$cfg" = o ]; then
+                server="strata, product API, JSON batches"
+                config="$config, ${BATCH_RECORDS:-1000} records a request"
+                batch="${BATCH_RECORDS:-1000}"
             fi
             ;;
         c | d | i)
@@ -308,20 +323,20 @@ run_config() {
     fi
 
     local created
-    created="$(create_streams "$base" "$prefix" "$streams" "$key")"
+    created="$(create_streams "$base" "$prefix" "$streams" "$key" "$batch")"
     if [ "$created" -ne "$streams" ]; then
         err "($cfg) only $created of $streams stream creations (PUT ${prefix}bench-<i>) returned 2xx"
         mark="create: $created/$streams 2xx"
     fi
     local probe
-    probe="$(probe_append "$base" "$prefix" "$key")"
+    probe="$(probe_append "$base" "$prefix" "$key" "$batch")"
     if [ "${probe:0:1}" != 2 ]; then
         err "($cfg) a probe append (POST ${prefix}bench-0) returned HTTP $probe, not 2xx; $keep"
         mark="${mark:+$mark; }probe append HTTP $probe"
     fi
 
     local -a wrk_env=(STREAMS="$streams" RECORD_BYTES="$RECORD_BYTES" PREFIX="$prefix" STREAM_KEY="$key"
-        ROUTING_KEYS="${ROUTING_KEYS:-1000}")
+        ROUTING_KEYS="${ROUTING_KEYS:-1000}" BATCH_RECORDS="$batch")
     local -a wrk_args=(-t"$THREADS" -c"$conns" -s "$here/append.lua" "$base")
     if [ "$WARMUP" != 0 ]; then
         env "${wrk_env[@]}" wrk "${wrk_args[@]}" -d"${WARMUP}s" >"$RUN_DIR/$cfg.warmup.wrk" 2>&1 || true
