@@ -73,10 +73,20 @@ export class StrataServer {
     throw new Error(`strata did not answer /healthz:\n${this.log}`);
   }
 
-  /** kill -9, then start again on the same store and port. */
+  /**
+   * kill -9, then start again on the same store and port. Calls made while
+   * one is under way wait for it (a test may crash the server from a fetch
+   * hook while its main loop crashes it too: the second kill must not hit
+   * the process the first is starting).
+   */
   async crashAndRestart() {
-    await this.kill();
-    await this.launch();
+    const previous = this.restarting ?? Promise.resolve();
+    const next = previous.then(async () => {
+      await this.kill();
+      await this.launch();
+    });
+    this.restarting = next.catch(() => {});
+    return next;
   }
 
   async kill() {
