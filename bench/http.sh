@@ -29,6 +29,8 @@
 #   KEEP_DATA=1   keep the run directory (data, server logs, wrk output) at exit
 #   RESULTS_DIR   if set, copy the table and every wrk/server log there
 #   STRATA_BIN    use this strata binary instead of building target/release/strata
+#   STRATA_ARGS   extra `strata serve` flags (e.g. "--gc-grace-ms 1000": garbage
+#                 collection during the run, as in a server's steady state)
 #   SKIP_BUILD=1  build nothing (binaries / node_modules must already exist)
 #   PEERS_DIR     where peer servers are installed (default bench/.peers)
 set -euo pipefail
@@ -259,6 +261,10 @@ run_config() {
             server="strata"
             prefix="/v1/stream/" key="$STRATA_KEY" health="/healthz"
             cmd=("$STRATA_BIN" serve --listen "127.0.0.1:$port" --store "$data/store")
+            if [ -n "${STRATA_ARGS:-}" ]; then
+                read -ra extra <<<"$STRATA_ARGS"
+                cmd+=("${extra[@]}")
+            fi
             case "$cfg" in
                 a | h | m | o) config="local dir store (fdatasync)" ;;
                 b | l | n) config="local dir store + 25 ms emulated PUT latency"

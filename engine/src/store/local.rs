@@ -47,7 +47,11 @@ use object_store::{
 
 use strata_manifest::store::DurabilityUnknown;
 
+use super::durable_fs::{
+    create_dirs_durably, generic, link_unnamed, local_etag, sync_published, Hooks,
+};
 use super::layer::{Layered, StoreLayer};
+use super::recycle::{PoolLimits, Recycler, Reused};
 use super::sync_point::{SyncPoint, SyncWrite};
 
 /// The compare-and-swap layer over a `LocalFileSystem`.
@@ -55,22 +59,13 @@ use super::sync_point::{SyncPoint, SyncWrite};
 pub struct LocalCas {
     fs: Arc<LocalFileSystem>,
     hooks: Hooks,
+    recycler: Arc<Recycler>,
 }
 
-/// Fault hooks compiled into test builds only (feature `fault-hooks`).
-#[derive(Debug, Clone, Default)]
-struct Hooks {
-    #[cfg(feature = "fault-hooks")]
-    faults: Arc<super::fsync_faults::FsyncFaults>,
-}
-
-impl Hooks {
-    /// Runs before each fsync a write depends on: a test may fail it.
-    fn before_sync(&self, write: SyncWrite, point: SyncPoint) -> std::io::Result<()> {
-        #[cfg(feature = "fault-hooks")]
-        self.faults.check(write, point)?;
-        let _ = (write, point);
-        Ok(())
+impl LocalCas {
+    /// The pool of deleted objects' files that creates reuse.
+    pub fn recycler(&self) -> &Arc<Recycler> {
+        &self.recycler
     }
 }
 
@@ -84,6 +79,14 @@ impl LocalCas {
 
 /// Opens (creating if needed) a local-directory store rooted at `dir`.
 pub fn local_store(dir: &std::path::Path) -> std::io::Result<Layered<LocalCas>> {
+    local_store_with(dir, PoolLimits::default())
+}
+
+/// [`local_store`] with other bounds for its pool of reusable files.
+pub fn local_store_with(
+    dir: &std::path::Path,
+    pool: PoolLimits,
+) -> std::io::Result<Layered<LocalCas>> {
     std::fs::create_dir_all(dir)?;
     let fs = LocalFileSystem::new_with_prefix(dir)
         .map_err(std::io::Error::other)?
@@ -94,15 +97,9 @@ pub fn local_store(dir: &std::path::Path) -> std::io::Result<Layered<LocalCas>> 
         LocalCas {
             fs,
             hooks: Hooks::default(),
+            recycler: Arc::new(Recycler::open_with(dir, pool)?),
         },
     ))
-}
-
-fn generic(source: impl std::error::Error + Send + Sync + 'static) -> object_store::Error {
-    object_store::Error::Generic {
-        store: "LocalCas",
-        source: Box::new(source),
-    }
 }
 
 #[async_trait]
@@ -142,10 +139,18 @@ impl StoreLayer for LocalCas {
         let tmpfile = create && opts.attributes.is_empty();
         let staged = payload.clone();
         let hooks = self.hooks.clone();
+        let recycler = self.recycler.clone();
         let (lock, version, created) = tokio::task::spawn_blocking(move || {
             let (lock, version) = bump_if_locked(&object_path, create, &location_text)?;
             let created = tmpfile
-                .then(|| create_with_tmpfile(&object_path, &staged, &location_text, &hooks))
+                .then(
+                    || match recycler.reuse(&object_path, &staged, &location_text, &hooks) {
+                        Reused::Done(result) => Some(result),
+                        Reused::NotReused => {
+                            create_with_tmpfile(&object_path, &staged, &location_text, &hooks)
+                        }
+                    },
+                )
                 .flatten();
             Ok::<_, object_store::Error>((lock, version, created))
         })
@@ -160,6 +165,20 @@ impl StoreLayer for LocalCas {
         let mut result = written?;
         result.e_tag = result.e_tag.map(|tag| versioned_etag(&tag, version));
         Ok(result)
+    }
+
+    /// Moves the object's file into the reuse pool when it fits
+    /// ([`Recycler::recycle`]); otherwise deletes it.
+    async fn delete(&self, inner: &Arc<dyn ObjectStore>, location: &Path) -> Result<()> {
+        let object_path = self.fs.path_to_filesystem(location)?;
+        let recycler = self.recycler.clone();
+        let recycled = tokio::task::spawn_blocking(move || recycler.recycle(&object_path))
+            .await
+            .map_err(generic)?;
+        if recycled {
+            return Ok(());
+        }
+        object_store::ObjectStoreExt::delete(inner.as_ref(), location).await
     }
 
     async fn get_opts(
@@ -338,59 +357,11 @@ impl LocalCas {
     }
 }
 
-/// After a new file was published under the object's name: `fsync` the
-/// directory. If that fails the object's durability is unknown (it is
-/// readable now and may be gone after a power loss), so the file and the
-/// directory are synced again; if that fails too, the answer is
-/// [`DurabilityUnknown`], which no writer retries or settles by reading back.
-fn sync_published(
-    hooks: &Hooks,
-    write: SyncWrite,
-    file: &std::fs::File,
-    dir: &std::path::Path,
-    location: &str,
-) -> Result<()> {
-    let sync_dir = || -> std::io::Result<()> {
-        hooks.before_sync(write, SyncPoint::Dir)?;
-        std::fs::File::open(dir)?.sync_all()
-    };
-    let Err(first) = sync_dir() else {
-        return Ok(());
-    };
-    tracing::warn!(%location, error = %first, "directory fsync after publishing failed; syncing again");
-    let again = (|| {
-        hooks.before_sync(write, SyncPoint::File)?;
-        file.sync_all()?;
-        sync_dir()
-    })();
-    match again {
-        Ok(()) => Ok(()),
-        Err(second) => Err(DurabilityUnknown {
-            path: location.to_string(),
-            reason: format!("directory fsync failed ({first}), and again ({second})"),
-        }
-        .into_store_error("LocalCas")),
-    }
-}
-
 fn precondition(path: &str, reason: String) -> object_store::Error {
     object_store::Error::Precondition {
         path: path.to_string(),
         source: reason.into(),
     }
-}
-
-/// The e-tag `LocalFileSystem` reports for a file, without the version
-/// (checked against it in tests).
-fn local_etag(metadata: &std::fs::Metadata) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let mtime = metadata
-        .modified()
-        .ok()
-        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
-        .unwrap_or_default()
-        .as_micros();
-    format!("\"{:x}-{:x}-{:x}\"", metadata.ino(), mtime, metadata.len())
 }
 
 /// Create-only write through an unnamed `O_TMPFILE` file and `linkat`.
@@ -401,10 +372,7 @@ fn create_with_tmpfile(
     location: &str,
     hooks: &Hooks,
 ) -> Option<Result<PutResult>> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
 
     let dir = object_path.parent()?;
     let open = || {
@@ -437,20 +405,7 @@ fn create_with_tmpfile(
     if let Err(e) = written {
         return Some(Err(generic(e)));
     }
-    let proc_path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
-    let target = CString::new(object_path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: both paths are NUL-terminated C strings that outlive the call.
-    let linked = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            proc_path.as_ptr(),
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    };
-    if linked != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = link_unnamed(&file, object_path) {
         return Some(Err(match e.kind() {
             std::io::ErrorKind::AlreadyExists => object_store::Error::AlreadyExists {
                 path: location.to_string(),
@@ -480,32 +435,6 @@ fn unsupported_or(e: std::io::Error) -> Option<Result<PutResult>> {
         Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL) => None,
         _ => Some(Err(generic(e))),
     }
-}
-
-/// Creates missing directories and fsyncs each parent whose entries changed.
-fn create_dirs_durably(dir: &std::path::Path) -> std::io::Result<()> {
-    let mut missing = Vec::new();
-    let mut at = Some(dir);
-    while let Some(d) = at {
-        if d.exists() {
-            break;
-        }
-        missing.push(d.to_path_buf());
-        at = d.parent();
-    }
-    std::fs::create_dir_all(dir)?;
-    let synced = missing.iter().rev().try_for_each(|d| match d.parent() {
-        Some(parent) => std::fs::File::open(parent)?.sync_all(),
-        None => Ok(()),
-    });
-    if synced.is_err() {
-        // Undo what can be undone (empty directories), so that a retry
-        // creates and syncs them again instead of finding them present.
-        for d in &missing {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-    synced
 }
 
 /// Compare-and-swap of one file under its lock (blocking).

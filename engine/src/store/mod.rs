@@ -12,11 +12,13 @@
 //! per-call [`Latency`]. [`Stall`] freezes a store on demand (tests).
 
 mod counting;
+mod durable_fs;
 #[cfg(feature = "fault-hooks")]
 mod fsync_faults;
 mod latency;
 mod layer;
 mod local;
+mod recycle;
 mod stall;
 mod sync_point;
 
@@ -33,7 +35,8 @@ pub use counting::{RequestCounts, RequestTotals};
 pub use fsync_faults::FsyncFaults;
 pub use latency::Latency;
 pub use layer::{inner_listing, Layered, StoreLayer, StoreOp};
-pub use local::{local_store, LocalCas};
+pub use local::{local_store, local_store_with, LocalCas};
+pub use recycle::{PoolLimits, Recycler, POOL_DIR};
 pub use stall::Stall;
 pub use sync_point::{SyncPoint, SyncWrite};
 
