@@ -557,7 +557,18 @@ impl Shard {
         })
     }
 
-    /// Durable tail of a live stream incarnation.
+    /// `read` of the durable tail of a live stream incarnation, under the
+    /// stream's read lock and without copying it: for request paths that
+    /// need a field or two (`read` must be short and must not block).
+    pub fn with_tail<R>(&self, stream: &StreamRef, read: impl FnOnce(&Tail) -> R) -> Option<R> {
+        let cell = self.inner.shared.cell(&stream.id)?;
+        let state = cell.state.read();
+        state.tail.is_live(stream).then(|| read(&state.tail))
+    }
+
+    /// Durable tail of a live stream incarnation (a copy, with its stored
+    /// bytes summed over its sealed chunks: see [`Shard::with_tail`] for a
+    /// field or two).
     pub fn stream_info(&self, stream: &StreamRef) -> Option<StreamInfo> {
         let cell = self.inner.shared.cell(&stream.id)?;
         let state = cell.state.read();

@@ -7,7 +7,6 @@
 //! only after its bytes are synced, and a put answers Ok only after the
 //! directory that names it is synced too.
 
-use std::sync::Arc;
 
 use object_store::Result;
 use strata_manifest::store::DurabilityUnknown;
@@ -18,7 +17,7 @@ use super::sync_point::{SyncPoint, SyncWrite};
 #[derive(Debug, Clone, Default)]
 pub(super) struct Hooks {
     #[cfg(feature = "fault-hooks")]
-    pub(super) faults: Arc<super::fsync_faults::FsyncFaults>,
+    pub(super) faults: std::sync::Arc<super::fsync_faults::FsyncFaults>,
 }
 
 impl Hooks {

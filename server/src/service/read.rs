@@ -54,10 +54,10 @@ impl Streams {
 
     pub(super) fn meta_of(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
         let stream = stream_ref(desc)?;
-        let info = self
+        let (next_offset, status) = self
             .shards
             .shard_for(&stream.id)?
-            .stream_info(&stream)
+            .with_tail(&stream, |tail| (tail.next_offset, tail.status))
             .ok_or(ServiceError::NotFound)?;
         let base = desc.fork.as_ref().map_or(0, |f| f.base);
         Ok(StreamMeta {
@@ -66,8 +66,8 @@ impl Streams {
             created_ms: desc.created_ms,
             epoch: desc.epoch.clone(),
             watches: desc.watches.clone(),
-            tail: base + info.tail.next_offset,
-            closed: info.tail.status == strata_engine::shard::StreamStatus::Closed,
+            tail: base + next_offset,
+            closed: status == strata_engine::shard::StreamStatus::Closed,
             ttl_seconds: desc.ttl_seconds,
             expires_at: desc.expires_at.clone(),
             incarnation: desc.incarnation,

@@ -108,6 +108,11 @@ impl Descriptor {
         }
     }
 
+    /// Whether the stream expires at all (a TTL or an `Expires-At`).
+    pub fn expires(&self) -> bool {
+        self.ttl_seconds.is_some() || self.expires_at_ms.is_some()
+    }
+
     /// Whether the stream is past its expiry at `now_ms`, given its last access.
     pub fn expired_at(&self, now_ms: u64, last_access_ms: u64) -> bool {
         if self.expires_at_ms.is_some_and(|at| now_ms >= at) {

@@ -213,6 +213,9 @@ impl Streams {
             StreamState::SoftDeleted => return Err(ServiceError::Gone),
             StreamState::Live => {}
         }
+        if !desc.value.expires() {
+            return Ok((entry, desc));
+        }
         let idle_since_ms = self.idle_since_ms(&entry, &desc.value);
         if desc.value.expired_at(self.now_ms(), idle_since_ms) {
             let _guard = entry.changes.lock().await;

@@ -116,16 +116,17 @@ impl Streams {
 
     /// The shard's record of `desc`'s last use (see [`Streams::idle_since_ms`]).
     pub(super) fn durable_access_ms(&self, desc: &Descriptor) -> u64 {
+        let slack_ms = self.config.usage_flush_interval.as_millis() as u64;
         let durable = stream_ref(desc).ok().and_then(|stream| {
             let shard = self.shards.shard_for(&stream.id).ok()?;
-            let tail = shard.stream_info(&stream)?.tail;
-            let slack_ms = self.config.usage_flush_interval.as_millis() as u64;
-            let reads = tail
-                .usage
-                .last_read_ms
-                .map(|ms| ms.saturating_add(slack_ms));
-            let writes = [Some(tail.created_ms), tail.last_append_ms, tail.closed_ms];
-            writes.into_iter().chain([reads]).flatten().max()
+            shard.with_tail(&stream, |tail| {
+                let reads = tail
+                    .usage
+                    .last_read_ms
+                    .map(|ms| ms.saturating_add(slack_ms));
+                let writes = [Some(tail.created_ms), tail.last_append_ms, tail.closed_ms];
+                writes.into_iter().chain([reads]).flatten().max()
+            })?
         });
         durable.unwrap_or_else(|| self.registry.started_ms())
     }
