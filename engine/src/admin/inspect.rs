@@ -67,6 +67,16 @@ pub struct ShardHolder {
     pub epoch: u64,
 }
 
+impl ShardHolder {
+    /// The holder a manifest names: its writer.
+    pub fn of(manifest: &Manifest) -> ShardHolder {
+        ShardHolder {
+            instance: crate::ids::InstanceId(manifest.writer.instance),
+            epoch: manifest.writer.epoch,
+        }
+    }
+}
+
 /// The instance (and epoch) that last claimed `shard`, or `None` when the
 /// shard has no manifest yet. One GET.
 pub async fn shard_holder(
@@ -74,10 +84,9 @@ pub async fn shard_holder(
     shard: &ShardName,
 ) -> Result<Option<ShardHolder>, EngineError> {
     let layout = ShardLayout::new(shard.clone());
-    Ok(load_manifest(store, &layout).await?.map(|m| ShardHolder {
-        instance: crate::ids::InstanceId(m.writer.instance),
-        epoch: m.writer.epoch,
-    }))
+    Ok(load_manifest(store, &layout)
+        .await?
+        .map(|m| ShardHolder::of(&m)))
 }
 
 /// Every shard under `shards/`, with its manifest's headline.

@@ -114,10 +114,7 @@ impl ClaimRead {
 
     /// The instance and epoch of the last claim (`None`: no manifest yet).
     pub fn holder(&self) -> Option<ShardHolder> {
-        self.current.as_ref().map(|m| ShardHolder {
-            instance: InstanceId(m.value.writer.instance),
-            epoch: m.value.writer.epoch,
-        })
+        self.current.as_ref().map(|m| ShardHolder::of(&m.value))
     }
 }
 
@@ -161,7 +158,10 @@ impl Shard {
             config,
             manifest,
         });
-        let opened = recovery::open_shard(&ctx, read.map(|r| r.current)).await?;
+        let from = read.map_or(recovery::ClaimFrom::Fresh, |r| {
+            recovery::ClaimFrom::Read(Box::new(r.current))
+        });
+        let opened = recovery::open_shard(&ctx, from).await?;
         let shared = Arc::new(ShardShared {
             streams: RwLock::new(HashMap::new()),
             status: watch::channel(ShardStatus::Active).0,

@@ -138,16 +138,21 @@ impl Walker<'_> {
     }
 }
 
-/// Claims the shard and rebuilds its state; `read` is the manifest (or its
-/// absence) as the caller read it before deciding to claim (`None`: read it
-/// now). A claim from a read another write replaced since fails as fenced.
-pub(crate) async fn open_shard(
-    ctx: &ShardCtx,
-    read: Option<Option<Versioned<Manifest>>>,
-) -> Result<Opened, EngineError> {
-    let current = match read {
-        Some(current) => current,
-        None => load_manifest(ctx).await?,
+/// The manifest a claim replaces.
+pub(crate) enum ClaimFrom {
+    /// Read it now.
+    Fresh,
+    /// The manifest (or its absence) as the caller read it before deciding
+    /// to claim. A claim from a read another write replaced since fails as
+    /// fenced. (Boxed: a manifest is large, and this is built once per open.)
+    Read(Box<Option<Versioned<Manifest>>>),
+}
+
+/// Claims the shard and rebuilds its state.
+pub(crate) async fn open_shard(ctx: &ShardCtx, from: ClaimFrom) -> Result<Opened, EngineError> {
+    let current = match from {
+        ClaimFrom::Read(current) => *current,
+        ClaimFrom::Fresh => load_manifest(ctx).await?,
     };
     if current.is_none() {
         refuse_if_not_empty(ctx).await?;

@@ -7,7 +7,6 @@
 //! only after its bytes are synced, and a put answers Ok only after the
 //! directory that names it is synced too.
 
-
 use object_store::Result;
 use strata_manifest::store::DurabilityUnknown;
 
