@@ -9,7 +9,7 @@ use strata_segments::StreamKey;
 use super::deadline::StoreDeadline;
 use super::error::ServiceError;
 use super::media::media_type;
-use super::model::{AppendOutcome, AppendResult, AppendSpec};
+use super::model::{AppendOutcome, AppendResult, AppendSpec, TailState};
 use super::observe::publish_keys;
 use super::registry::{Descriptor, Entry};
 use super::routing::stream_ref;
@@ -25,7 +25,60 @@ pub(super) struct Detached {
     pub(super) watch_keys: Vec<super::product::watch_keys::WatchKey>,
 }
 
+/// A live stream resolved for appends: its descriptor, the caller's key
+/// checked against it, and its tail when it was resolved. A product append
+/// checks the tail and the content type before reading the body, then
+/// appends to this same incarnation without looking it up again (if it was
+/// deleted or re-created meanwhile, the engine answers not found).
+pub struct AppendTarget {
+    resolved: Resolved,
+    /// The tail when resolved.
+    pub tail: TailState,
+    /// The incarnation's stream epoch (what product cursors are bound to).
+    pub epoch: [u8; 16],
+}
+
+/// A live descriptor and the cipher of the caller's key for it.
+struct Resolved {
+    entry: Arc<Entry>,
+    desc: Arc<Versioned<Descriptor>>,
+    cipher: Arc<strata_segments::StreamCipher>,
+}
+
+impl AppendTarget {
+    pub fn content_type(&self) -> &str {
+        &self.resolved.desc.value.content_type
+    }
+}
+
 impl Streams {
+    /// Resolves a live stream for [`Streams::append_to`]: exists, the key is
+    /// its key, and its tail (a stream the shard does not know is confirmed
+    /// absent first, as for a HEAD).
+    pub async fn append_target(
+        &self,
+        project: &str,
+        name: &str,
+        key: &StreamKey,
+    ) -> Result<AppendTarget, ServiceError> {
+        let (entry, desc) = self.live(project, name).await?;
+        let cipher = self.ciphers.cipher_for(&desc.value, key)?;
+        let epoch = desc
+            .value
+            .epoch_bytes()
+            .ok_or_else(|| ServiceError::Internal("descriptor epoch".into()))?;
+        let tail = self.confirmed_tail(&desc.value).await?;
+        Ok(AppendTarget {
+            resolved: Resolved {
+                entry,
+                desc,
+                cipher,
+            },
+            tail,
+            epoch,
+        })
+    }
+
     /// Appends, waiting at most until `deadline`: then the answer is
     /// `OutcomeUnknown` while the append goes on (queued in the engine; its
     /// acknowledgement is still followed by the access time and the
@@ -46,6 +99,42 @@ impl Streams {
                 Err(_) => return Err(deadline.lookup_timed_out()),
             };
         let cipher = self.ciphers.cipher_for(&desc.value, key)?;
+        let resolved = Resolved {
+            entry,
+            desc,
+            cipher,
+        };
+        self.append_resolved(project, name, resolved, spec, deadline)
+            .await
+    }
+
+    /// Appends to a stream [`Streams::append_target`] resolved (see
+    /// [`Streams::append`]).
+    pub async fn append_to(
+        &self,
+        project: &str,
+        name: &str,
+        target: AppendTarget,
+        spec: AppendSpec,
+        deadline: StoreDeadline,
+    ) -> Result<AppendOutcome, ServiceError> {
+        self.append_resolved(project, name, target.resolved, spec, deadline)
+            .await
+    }
+
+    async fn append_resolved(
+        &self,
+        project: &str,
+        name: &str,
+        resolved: Resolved,
+        spec: AppendSpec,
+        deadline: StoreDeadline,
+    ) -> Result<AppendOutcome, ServiceError> {
+        let Resolved {
+            entry,
+            desc,
+            cipher,
+        } = resolved;
         let stream = stream_ref(&desc.value)?;
         let shard = self.shards.shard_for(&stream.id)?;
         let base = desc.value.fork.as_ref().map_or(0, |f| f.base);

@@ -84,6 +84,14 @@ pub struct AppendOutcome {
     pub closed: bool,
 }
 
+/// Where a live stream ends, as its shard knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailState {
+    /// The next record's position (offsets of a fork continue its base).
+    pub position: u64,
+    pub closed: bool,
+}
+
 /// A stream's metadata (HEAD).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamMeta {

@@ -7,7 +7,7 @@ use strata_engine::WaitOutcome;
 use strata_segments::StreamKey;
 
 use super::error::ServiceError;
-use super::model::{KeyView, ReadFrom, ReadOutcome, StreamMeta};
+use super::model::{KeyView, ReadFrom, ReadOutcome, StreamMeta, TailState};
 use super::registry::Descriptor;
 use super::routing::stream_ref;
 use super::stale::CONFIRM_WAIT_MAX;
@@ -38,10 +38,20 @@ impl Streams {
     }
 
     /// [`Streams::meta_of`], with a stream the shard does not know confirmed
+    /// absent first (see [`Streams::confirmed_tail`]).
+    async fn confirmed_meta(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
+        let tail = self.confirmed_tail(desc).await?;
+        Ok(Self::meta_with(desc, tail))
+    }
+
+    /// [`Streams::shard_tail`], with a stream the shard does not know confirmed
     /// absent first (`service::stale`): a handle fenced without knowing it
     /// has not seen streams created since.
-    async fn confirmed_meta(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
-        match self.meta_of(desc) {
+    pub(super) async fn confirmed_tail(
+        &self,
+        desc: &Descriptor,
+    ) -> Result<TailState, ServiceError> {
+        match self.shard_tail(desc) {
             Err(ServiceError::NotFound) if self.shards.is_fleet() => {
                 let shard = self.shards.shard_for(&stream_ref(desc)?.id)?;
                 let until = tokio::time::Instant::now() + CONFIRM_WAIT_MAX;
@@ -52,7 +62,8 @@ impl Streams {
         }
     }
 
-    pub(super) fn meta_of(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
+    /// A live stream's tail as its shard knows it (read in place).
+    pub(super) fn shard_tail(&self, desc: &Descriptor) -> Result<TailState, ServiceError> {
         let stream = stream_ref(desc)?;
         let (next_offset, status) = self
             .shards
@@ -60,18 +71,25 @@ impl Streams {
             .with_tail(&stream, |tail| (tail.next_offset, tail.status))
             .ok_or(ServiceError::NotFound)?;
         let base = desc.fork.as_ref().map_or(0, |f| f.base);
-        Ok(StreamMeta {
+        Ok(TailState {
+            position: base + next_offset,
+            closed: status == strata_engine::shard::StreamStatus::Closed,
+        })
+    }
+
+    fn meta_with(desc: &Descriptor, tail: TailState) -> StreamMeta {
+        StreamMeta {
             name: desc.name.clone(),
             content_type: desc.content_type.clone(),
             created_ms: desc.created_ms,
             epoch: desc.epoch.clone(),
             watches: desc.watches.clone(),
-            tail: base + next_offset,
-            closed: status == strata_engine::shard::StreamStatus::Closed,
+            tail: tail.position,
+            closed: tail.closed,
             ttl_seconds: desc.ttl_seconds,
             expires_at: desc.expires_at.clone(),
             incarnation: desc.incarnation,
-        })
+        }
     }
 
     /// Reads the default routing key from a position (renews the sliding TTL

@@ -305,19 +305,23 @@ async fn append(
 ) -> ApiResult {
     let streams = &state.streams;
     // Exists, the key is the collection's, not sealed.
-    let (meta, epoch) = state
+    let target = state
         .bounded(
             state.deadline(),
-            streams.keyed_meta(project, name, &call.key),
+            streams.append_target(project, name, &call.key),
         )
         .await
         .map_err(write_error)?;
-    if meta.closed {
-        return Err(service_error(ServiceError::Closed { tail: meta.tail }));
+    if target.tail.closed {
+        return Err(service_error(ServiceError::Closed {
+            tail: target.tail.position,
+        }));
     }
-    let json_stream = is_json(&meta.content_type);
+    let epoch = target.epoch;
+    let content_type = target.content_type().to_string();
+    let json_stream = is_json(&content_type);
     if let Some(ct) = &call.content_type {
-        if media_type(ct) != media_type(&meta.content_type) {
+        if media_type(ct) != media_type(&content_type) {
             return Err(service_error(ServiceError::ContentTypeMismatch));
         }
     }
@@ -386,7 +390,7 @@ async fn append(
         digest: request_hash(
             operation,
             &routing_key,
-            &media_type(&meta.content_type),
+            &media_type(&content_type),
             &body,
             false,
         ),
@@ -402,7 +406,7 @@ async fn append(
         close: false,
     };
     let outcome = streams
-        .append(project, name, spec, &call.key, state.store_deadline())
+        .append_to(project, name, target, spec, state.store_deadline())
         .await
         .map_err(write_error)?;
     let scope = CursorScope {
