@@ -51,7 +51,7 @@ use super::durable_fs::{
     create_dirs_durably, generic, link_unnamed, local_etag, sync_published, Hooks,
 };
 use super::layer::{Layered, StoreLayer};
-use super::recycle::{PoolLimits, Recycler, Reused};
+use super::recycle::{count_created, PoolLimits, Recycler, Reused};
 use super::sync_point::{SyncPoint, SyncWrite};
 
 /// The compare-and-swap layer over a `LocalFileSystem`.
@@ -143,14 +143,7 @@ impl StoreLayer for LocalCas {
         let (lock, version, created) = tokio::task::spawn_blocking(move || {
             let (lock, version) = bump_if_locked(&object_path, create, &location_text)?;
             let created = tmpfile
-                .then(
-                    || match recycler.reuse(&object_path, &staged, &location_text, &hooks) {
-                        Reused::Done(result) => Some(result),
-                        Reused::NotReused => {
-                            create_with_tmpfile(&object_path, &staged, &location_text, &hooks)
-                        }
-                    },
-                )
+                .then(|| create_only(&recycler, &object_path, &staged, &location_text, &hooks))
                 .flatten();
             Ok::<_, object_store::Error>((lock, version, created))
         })
@@ -362,6 +355,28 @@ fn precondition(path: &str, reason: String) -> object_store::Error {
         path: path.to_string(),
         source: reason.into(),
     }
+}
+
+/// Create-only write through a pooled file, else a new one
+/// ([`create_with_tmpfile`]); `None` when neither path applies here.
+fn create_only(
+    recycler: &Arc<Recycler>,
+    object_path: &std::path::Path,
+    payload: &PutPayload,
+    location: &str,
+    hooks: &Hooks,
+) -> Option<Result<PutResult>> {
+    let (created, reused) = match recycler.reuse(object_path, payload, location, hooks) {
+        Reused::Done(result) => (Some(result), true),
+        Reused::NotReused => (
+            create_with_tmpfile(object_path, payload, location, hooks),
+            false,
+        ),
+    };
+    if matches!(created, Some(Ok(_))) {
+        count_created(reused);
+    }
+    created
 }
 
 /// Create-only write through an unnamed `O_TMPFILE` file and `linkat`.

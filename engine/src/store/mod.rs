@@ -36,7 +36,7 @@ pub use fsync_faults::FsyncFaults;
 pub use latency::Latency;
 pub use layer::{inner_listing, Layered, StoreLayer, StoreOp};
 pub use local::{local_store, local_store_with, LocalCas};
-pub use recycle::{PoolLimits, Recycler, POOL_DIR};
+pub use recycle::{pool_counts, PoolCounts, PoolLimits, Recycler, POOL_DIR};
 pub use stall::Stall;
 pub use sync_point::{SyncPoint, SyncWrite};
 

@@ -102,6 +102,65 @@ const SPARE_FILES_FIRST: usize = 16;
 /// Instances opened by this process (part of every pool name).
 static INSTANCES: AtomicU64 = AtomicU64::new(0);
 
+/// What every pool of this process did (for metrics).
+static COUNTS: Counts = Counts {
+    reused: AtomicU64::new(0),
+    created: AtomicU64::new(0),
+    pooled: AtomicU64::new(0),
+    spares: AtomicU64::new(0),
+    files: AtomicU64::new(0),
+};
+
+struct Counts {
+    reused: AtomicU64,
+    created: AtomicU64,
+    pooled: AtomicU64,
+    spares: AtomicU64,
+    /// Files in every live pool now.
+    files: AtomicU64,
+}
+
+/// What the local stores' pools of this process did so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolCounts {
+    /// Local stores opened (none: the other counts mean nothing).
+    pub stores: u64,
+    /// Create-only puts that wrote into a pooled file.
+    pub reused: u64,
+    /// Create-only puts that found no pooled file and made a new one.
+    pub created: u64,
+    /// Deletes that moved the file into a pool.
+    pub pooled: u64,
+    /// Empty files refills made.
+    pub spares: u64,
+    /// Files in the pools now.
+    pub files: u64,
+}
+
+/// Counts a create-only put that succeeded: through a pooled file
+/// (`reused`) or a new one.
+pub(super) fn count_created(reused: bool) {
+    let counter = if reused {
+        &COUNTS.reused
+    } else {
+        &COUNTS.created
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The counts of every local store's pool in this process.
+pub fn pool_counts() -> PoolCounts {
+    let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+    PoolCounts {
+        stores: load(&INSTANCES),
+        reused: load(&COUNTS.reused),
+        created: load(&COUNTS.created),
+        pooled: load(&COUNTS.pooled),
+        spares: load(&COUNTS.spares),
+        files: load(&COUNTS.files),
+    }
+}
+
 /// Files of deleted objects, kept for reuse by create-only puts.
 #[derive(Debug)]
 pub struct Recycler {
@@ -132,6 +191,13 @@ struct Pool {
 struct Pooled {
     seq: u64,
     bytes: u64,
+}
+
+impl Drop for Recycler {
+    fn drop(&mut self) {
+        let left = self.pool.get_mut().files.len() as u64;
+        COUNTS.files.fetch_sub(left, Ordering::Relaxed);
+    }
 }
 
 /// What [`Recycler::reuse`] did.
@@ -220,6 +286,8 @@ impl Recycler {
         pool.arriving -= 1;
         if moved {
             pool.files.push(Pooled { seq, bytes });
+            COUNTS.pooled.fetch_add(1, Ordering::Relaxed);
+            COUNTS.files.fetch_add(1, Ordering::Relaxed);
         } else {
             pool.bytes -= bytes;
         }
@@ -235,6 +303,7 @@ impl Recycler {
             let taken = pool.files.pop();
             if let Some(pooled) = &taken {
                 pool.bytes -= pooled.bytes;
+                COUNTS.files.fetch_sub(1, Ordering::Relaxed);
             }
             (taken, pool.files.len())
         };
@@ -290,6 +359,8 @@ impl Recycler {
                 return;
             }
             pool.files.push(Pooled { seq, bytes: 0 });
+            COUNTS.spares.fetch_add(1, Ordering::Relaxed);
+            COUNTS.files.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -299,6 +370,7 @@ impl Recycler {
         let mut pool = self.pool.lock();
         pool.bytes += pooled.bytes;
         pool.files.push(pooled);
+        COUNTS.files.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Create-only write of `payload` at `object_path` through a pooled

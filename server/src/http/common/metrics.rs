@@ -183,6 +183,7 @@ impl HttpMetrics {
         registry.register_collector(Box::new(CacheCollector {
             cache: chunk_cache.clone(),
         }));
+        registry.register_collector(Box::new(PoolCollector));
         HttpMetrics {
             registry,
             counts,
@@ -312,6 +313,47 @@ impl Collector for CacheCollector {
         ConstGauge::new(counts.used_bytes as i64).encode(encoder.encode_descriptor(
             "chunk_cache_bytes",
             "Bytes the local chunk cache holds",
+            None,
+            MetricType::Gauge,
+        )?)
+    }
+}
+
+/// The local-directory store's pools of reusable files (process-wide;
+/// nothing when no local store is open).
+#[derive(Debug)]
+struct PoolCollector;
+
+impl Collector for PoolCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counts = strata_engine::store::pool_counts();
+        if counts.stores == 0 {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            "local_store_created_files",
+            "Create-only puts on the local store, by where their file came from: a pooled file or a new one",
+            None,
+            MetricType::Counter,
+        )?;
+        for (from, n) in [("pool", counts.reused), ("new", counts.created)] {
+            ConstCounter::new(n).encode(family.encode_family(&[("from", from)])?)?;
+        }
+        ConstCounter::new(counts.pooled).encode(encoder.encode_descriptor(
+            "local_store_pooled_files",
+            "Deletes on the local store that kept the file for reuse",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstCounter::new(counts.spares).encode(encoder.encode_descriptor(
+            "local_store_spare_files",
+            "Empty files made ahead for reuse while deletes had not filled the pool",
+            None,
+            MetricType::Counter,
+        )?)?;
+        ConstGauge::new(counts.files as i64).encode(encoder.encode_descriptor(
+            "local_store_pool_files",
+            "Files waiting in the local store's pools",
             None,
             MetricType::Gauge,
         )?)
