@@ -212,6 +212,26 @@ async fn metrics_listen_serves_the_metrics_apart() {
         .await
         .unwrap();
     assert_eq!(other.status(), 404);
+    // Only GET and HEAD read them; anything else is 405 naming those two.
+    for path in ["/metrics", "/healthz"] {
+        let head = c
+            .head(format!("http://{metrics_addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.status(), 200, "HEAD {path}");
+        let posted = c
+            .post(format!("http://{metrics_addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(posted.status(), 405, "POST {path}");
+        assert_eq!(
+            posted.headers().get("allow").and_then(|v| v.to_str().ok()),
+            Some("GET, HEAD"),
+            "POST {path}"
+        );
+    }
 }
 
 /// The debug endpoints: always on the metrics address; on the main one only

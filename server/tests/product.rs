@@ -271,9 +271,13 @@ async fn batches_are_atomic_and_bounded() {
     // Nothing of the refused batches landed.
     let (records, _) = api.read_all_json("j", "k").await;
     assert_eq!(records.len(), 3);
-    api.batch("b", "k", "[1]")
-        .await
-        .expect_error(405, "batch_unsupported_format");
+    let refused = api.batch("b", "k", "[1]").await;
+    refused.expect_error(405, "batch_unsupported_format");
+    assert_eq!(
+        refused.header("allow"),
+        Some(""),
+        "a 405 names what is allowed: nothing"
+    );
     let empty = Api::send(api.request(Method::POST, "b/records").body("")).await;
     empty.expect_error(400, "empty_body");
     let raw = Api::send(

@@ -194,8 +194,13 @@ pub async fn metrics_listener(listener: tokio::net::TcpListener, state: Arc<AppS
             let state = state.clone();
             async move {
                 let route = super::debug::debug_route(request.method(), request.uri().path());
+                let operational = matches!(request.uri().path(), "/metrics" | "/healthz");
+                let reading = matches!(*request.method(), Method::GET | Method::HEAD);
                 let response = match (request.uri().path(), route) {
                     (_, Some(route)) => super::debug::answer(&state, route),
+                    _ if operational && !reading => {
+                        product::errors::method_not_allowed("GET, HEAD").into_response()
+                    }
                     ("/metrics", _) => metrics_answer(&state),
                     ("/healthz", _) => Response::new(full("ok\n")),
                     _ => ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")

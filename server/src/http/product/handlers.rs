@@ -326,11 +326,14 @@ async fn append(
         }
     }
     if call.batch && !json_stream {
+        // A 405 names the methods the target allows (RFC 9110 §10.2.1):
+        // on this collection, none.
         return Err(error(
             StatusCode::METHOD_NOT_ALLOWED,
             "batch_unsupported_format",
             "records:batch needs a JSON collection",
-        ));
+        )
+        .header("allow", ""));
     }
     let routing_key = call.routing_key?;
     let producer = call.producer?;
