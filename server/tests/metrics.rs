@@ -78,6 +78,25 @@ async fn metrics_count_requests_and_wal_puts_and_name_no_stream() {
     let text = answer.text().await.unwrap();
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(!text.contains(name), "a stream name is a label: {text}");
+    // On the local store every create-only put counts where its file came
+    // from (the reuse pool or a new one), and the pool's size is a gauge.
+    let created = |from: &str| {
+        value(
+            &text,
+            &format!(r#"strata_local_store_created_files_total{{from="{from}"}}"#),
+        )
+        .unwrap_or_else(|| panic!("no {from} series: {text}"))
+    };
+    // The create and five appends wrote at least six WAL objects.
+    assert!(created("pool") + created("new") >= 6.0, "{text}");
+    assert!(
+        value(&text, "strata_local_store_pool_files").is_some(),
+        "{text}"
+    );
+    assert!(
+        value(&text, "strata_local_store_pooled_files_total").is_some(),
+        "{text}"
+    );
 
     let appends = value(
         &text,
@@ -360,43 +379,4 @@ async fn chunk_cache_lookups_count_the_store_then_the_cache() {
     };
     assert!(lookups("store") >= 1.0, "{text}");
     assert!(lookups("memory") + lookups("disk") >= 1.0, "{text}");
-}
-
-/// On the local store every create-only put counts where its file came
-/// from (the reuse pool or a new one), and the pool's size is a gauge.
-#[tokio::test]
-async fn local_store_pool_metrics_count_created_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path().to_str().unwrap(), free_port(), &[]).await;
-    let c = client();
-    let url = server.url("pooled");
-    create_text_stream(&c, &url).await;
-    for n in 0..4 {
-        let appended = c
-            .post(&url)
-            .header("content-type", "text/plain")
-            .body(format!("record {n}"))
-            .send()
-            .await
-            .unwrap();
-        assert!(appended.status().is_success());
-    }
-    let text = scrape(&c, &server.base).await;
-    let created = |from: &str| {
-        value(
-            &text,
-            &format!(r#"strata_local_store_created_files_total{{from="{from}"}}"#),
-        )
-        .unwrap_or_else(|| panic!("no {from} series: {text}"))
-    };
-    // The create and four appends wrote at least five WAL objects.
-    assert!(created("pool") + created("new") >= 5.0, "{text}");
-    assert!(
-        value(&text, "strata_local_store_pool_files").is_some(),
-        "{text}"
-    );
-    assert!(
-        value(&text, "strata_local_store_pooled_files_total").is_some(),
-        "{text}"
-    );
 }

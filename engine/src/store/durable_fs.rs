@@ -167,3 +167,31 @@ pub(super) fn rename_no_replace(
         )
     })
 }
+
+/// Opens an unnamed file in `dir` (Linux's `O_TMPFILE`), to be written and
+/// then named with [`link_unnamed`]: no name exists until it is whole.
+pub(super) fn open_unnamed(dir: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .mode(0o644)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+}
+
+/// Whether [`open_unnamed`] failed because the file system has no
+/// `O_TMPFILE`.
+pub(super) fn unnamed_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+    )
+}
+
+/// The answer to a create-only put whose name exists.
+pub(super) fn already_exists(location: &str, e: std::io::Error) -> object_store::Error {
+    object_store::Error::AlreadyExists {
+        path: location.to_string(),
+        source: Box::new(e),
+    }
+}

@@ -48,7 +48,8 @@ use object_store::{
 use strata_manifest::store::DurabilityUnknown;
 
 use super::durable_fs::{
-    create_dirs_durably, generic, link_unnamed, local_etag, sync_published, Hooks,
+    already_exists, create_dirs_durably, generic, link_unnamed, local_etag, open_unnamed,
+    sync_published, unnamed_unsupported, Hooks,
 };
 use super::layer::{Layered, StoreLayer};
 use super::recycle::{count_created, PoolLimits, Recycler, Reused};
@@ -387,16 +388,8 @@ fn create_with_tmpfile(
     location: &str,
     hooks: &Hooks,
 ) -> Option<Result<PutResult>> {
-    use std::os::unix::fs::OpenOptionsExt;
-
     let dir = object_path.parent()?;
-    let open = || {
-        OpenOptions::new()
-            .write(true)
-            .mode(0o644)
-            .custom_flags(libc::O_TMPFILE)
-            .open(dir)
-    };
+    let open = || open_unnamed(dir);
     let mut file = match open() {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -422,10 +415,7 @@ fn create_with_tmpfile(
     }
     if let Err(e) = link_unnamed(&file, object_path) {
         return Some(Err(match e.kind() {
-            std::io::ErrorKind::AlreadyExists => object_store::Error::AlreadyExists {
-                path: location.to_string(),
-                source: Box::new(e),
-            },
+            std::io::ErrorKind::AlreadyExists => already_exists(location, e),
             _ => generic(e),
         }));
     }
@@ -446,10 +436,10 @@ fn create_with_tmpfile(
 
 /// `None` (use the fallback) when `O_TMPFILE` is not supported here.
 fn unsupported_or(e: std::io::Error) -> Option<Result<PutResult>> {
-    match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL) => None,
-        _ => Some(Err(generic(e))),
+    if unnamed_unsupported(&e) {
+        return None;
     }
+    Some(Err(generic(e)))
 }
 
 /// Compare-and-swap of one file under its lock (blocking).

@@ -56,8 +56,8 @@ use object_store::{PutPayload, PutResult, Result};
 use parking_lot::Mutex;
 
 use super::durable_fs::{
-    create_dirs_durably, generic, link_unnamed, local_etag, rename_no_replace, sync_published,
-    Hooks,
+    already_exists, create_dirs_durably, generic, link_unnamed, local_etag, open_unnamed,
+    rename_no_replace, sync_published, unnamed_unsupported, Hooks,
 };
 use super::sync_point::{SyncPoint, SyncWrite};
 
@@ -193,6 +193,22 @@ struct Pooled {
     bytes: u64,
 }
 
+impl Pool {
+    /// Adds a file (its bytes counted here unless already reserved by
+    /// `arriving`, see [`Recycler::recycle`]).
+    fn push(&mut self, pooled: Pooled) {
+        self.files.push(pooled);
+        COUNTS.files.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn pop(&mut self) -> Option<Pooled> {
+        let pooled = self.files.pop()?;
+        self.bytes -= pooled.bytes;
+        COUNTS.files.fetch_sub(1, Ordering::Relaxed);
+        Some(pooled)
+    }
+}
+
 impl Drop for Recycler {
     fn drop(&mut self) {
         let left = self.pool.get_mut().files.len() as u64;
@@ -209,12 +225,8 @@ pub enum Reused {
 }
 
 impl Recycler {
-    /// Opens the pool under `root`, deleting what other instances left.
-    pub fn open(root: &FsPath) -> std::io::Result<Recycler> {
-        Self::open_with(root, PoolLimits::default())
-    }
-
-    /// [`Recycler::open`] with other bounds.
+    /// Opens the pool under `root` with `limits`, deleting what other
+    /// instances left.
     pub fn open_with(root: &FsPath, limits: PoolLimits) -> std::io::Result<Recycler> {
         let dir = root.join(POOL_DIR);
         std::fs::create_dir_all(&dir)?;
@@ -285,9 +297,8 @@ impl Recycler {
         let mut pool = self.pool.lock();
         pool.arriving -= 1;
         if moved {
-            pool.files.push(Pooled { seq, bytes });
+            pool.push(Pooled { seq, bytes });
             COUNTS.pooled.fetch_add(1, Ordering::Relaxed);
-            COUNTS.files.fetch_add(1, Ordering::Relaxed);
         } else {
             pool.bytes -= bytes;
         }
@@ -300,11 +311,7 @@ impl Recycler {
     fn take(self: &Arc<Self>) -> Option<Pooled> {
         let (taken, left) = {
             let mut pool = self.pool.lock();
-            let taken = pool.files.pop();
-            if let Some(pooled) = &taken {
-                pool.bytes -= pooled.bytes;
-                COUNTS.files.fetch_sub(1, Ordering::Relaxed);
-            }
+            let taken = pool.pop();
             (taken, pool.files.len())
         };
         let target = self.spare_target.load(Ordering::Relaxed);
@@ -358,9 +365,8 @@ impl Recycler {
             if created.is_err() {
                 return;
             }
-            pool.files.push(Pooled { seq, bytes: 0 });
+            pool.push(Pooled { seq, bytes: 0 });
             COUNTS.spares.fetch_add(1, Ordering::Relaxed);
-            COUNTS.files.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -369,8 +375,7 @@ impl Recycler {
     fn put_back(&self, pooled: Pooled) {
         let mut pool = self.pool.lock();
         pool.bytes += pooled.bytes;
-        pool.files.push(pooled);
-        COUNTS.files.fetch_add(1, Ordering::Relaxed);
+        pool.push(pooled);
     }
 
     /// Create-only write of `payload` at `object_path` through a pooled
@@ -401,75 +406,42 @@ impl Recycler {
             return Reused::Done(Err(generic(e)));
         }
         pooled.bytes = payload.content_length() as u64;
-        match rename_no_replace(&from, object_path) {
-            Ok(()) => {}
+        match rename_into_folder(&from, object_path) {
+            Ok(()) => Reused::Done(published(&file, object_path, location, hooks)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 self.put_back(pooled);
-                return Reused::Done(Err(object_store::Error::AlreadyExists {
-                    path: location.to_string(),
-                    source: Box::new(e),
-                }));
+                Reused::Done(Err(already_exists(location, e)))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let target = Target {
-                    object_path,
-                    location,
-                    hooks,
-                };
-                return self.retry_into_new_folder(pooled, &from, &file, target);
+                // The pooled file is gone (another instance removed it).
+                Reused::NotReused
             }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 // The file system cannot rename create-only: stop pooling.
                 self.disabled.store(true, Ordering::Relaxed);
                 let _ = std::fs::remove_file(&from);
-                return Reused::NotReused;
+                Reused::NotReused
             }
             Err(e) => {
                 self.put_back(pooled);
-                return Reused::Done(Err(generic(e)));
+                Reused::Done(Err(generic(e)))
             }
         }
-        let target = Target {
-            object_path,
-            location,
-            hooks,
-        };
-        Reused::Done(published(&file, &target))
     }
+}
 
-    /// The rename found no file or no folder: when the object's folder is
-    /// missing, create it durably and rename again; when the pooled file is
-    /// gone (another instance removed it), write a new file.
-    fn retry_into_new_folder(
-        &self,
-        pooled: Pooled,
-        from: &FsPath,
-        file: &std::fs::File,
-        target: Target<'_>,
-    ) -> Reused {
-        let folder = target.object_path.parent().unwrap_or(FsPath::new("/"));
-        if folder.exists() {
-            // The pooled file is gone (or the answer is unexpected: then
-            // drop the file, whose state is unknown).
-            let _ = std::fs::remove_file(from);
-            return Reused::NotReused;
-        }
-        if let Err(e) = create_dirs_durably(folder) {
-            self.put_back(pooled);
-            return Reused::Done(Err(generic(e)));
-        }
-        match rename_no_replace(from, target.object_path) {
-            Ok(()) => Reused::Done(published(file, &target)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                self.put_back(pooled);
-                Reused::Done(Err(object_store::Error::AlreadyExists {
-                    path: target.location.to_string(),
-                    source: Box::new(e),
-                }))
-            }
-            Err(_) => Reused::NotReused,
-        }
+/// Renames `from` to `object_path` without replacing it, creating the
+/// object's folder (durably) if that is what was missing.
+fn rename_into_folder(from: &FsPath, object_path: &FsPath) -> std::io::Result<()> {
+    let Err(e) = rename_no_replace(from, object_path) else {
+        return Ok(());
+    };
+    let folder = object_path.parent().unwrap_or(FsPath::new("/"));
+    if e.kind() != std::io::ErrorKind::NotFound || folder.exists() {
+        return Err(e);
     }
+    create_dirs_durably(folder)?;
+    rename_no_replace(from, object_path)
 }
 
 /// Lowers the calling thread to `SCHED_IDLE`: it runs only on a core
@@ -487,15 +459,9 @@ fn run_when_idle() {
 /// ext4 most of a millisecond, and creating it by name would hold the
 /// folder's lock all that time, against the renames that take files out.
 fn create_spare(dir: &FsPath, path: &FsPath) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let unnamed = std::fs::OpenOptions::new()
-        .write(true)
-        .mode(0o644)
-        .custom_flags(libc::O_TMPFILE)
-        .open(dir);
-    let file = match unnamed {
+    let file = match open_unnamed(dir) {
         Ok(file) => file,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+        Err(e) if unnamed_unsupported(&e) => {
             return std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -521,23 +487,15 @@ fn write_synced(file: &std::fs::File, payload: &PutPayload, hooks: &Hooks) -> st
     file.sync_data()
 }
 
-/// Where a reused file is published.
-struct Target<'a> {
-    object_path: &'a FsPath,
-    location: &'a str,
-    hooks: &'a Hooks,
-}
-
 /// After the rename: sync the folder, answer the object's e-tag.
-fn published(file: &std::fs::File, target: &Target<'_>) -> Result<PutResult> {
-    let folder = target.object_path.parent().unwrap_or(FsPath::new("/"));
-    sync_published(
-        target.hooks,
-        SyncWrite::Create,
-        file,
-        folder,
-        target.location,
-    )?;
+fn published(
+    file: &std::fs::File,
+    object_path: &FsPath,
+    location: &str,
+    hooks: &Hooks,
+) -> Result<PutResult> {
+    let folder = object_path.parent().unwrap_or(FsPath::new("/"));
+    sync_published(hooks, SyncWrite::Create, file, folder, location)?;
     let metadata = file.metadata().map_err(generic)?;
     Ok(PutResult {
         e_tag: Some(local_etag(&metadata)),

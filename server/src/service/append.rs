@@ -47,7 +47,11 @@ struct Resolved {
 
 impl AppendTarget {
     pub fn content_type(&self) -> &str {
-        &self.resolved.desc.value.content_type
+        &self.descriptor().content_type
+    }
+
+    pub(super) fn descriptor(&self) -> &Descriptor {
+        &self.resolved.desc.value
     }
 }
 

@@ -28,16 +28,12 @@ impl Streams {
         name: &str,
         key: &StreamKey,
     ) -> Result<(StreamMeta, [u8; 16]), ServiceError> {
-        let (_, desc) = self.live(project, name).await?;
-        self.ciphers.cipher_for(&desc.value, key)?;
-        let epoch = desc
-            .value
-            .epoch_bytes()
-            .ok_or_else(|| ServiceError::Internal("descriptor epoch".into()))?;
-        Ok((self.confirmed_meta(&desc.value).await?, epoch))
+        let target = self.append_target(project, name, key).await?;
+        let meta = Self::meta_with(target.descriptor(), target.tail);
+        Ok((meta, target.epoch))
     }
 
-    /// [`Streams::meta_of`], with a stream the shard does not know confirmed
+    /// A stream's metadata, with a stream the shard does not know confirmed
     /// absent first (see [`Streams::confirmed_tail`]).
     async fn confirmed_meta(&self, desc: &Descriptor) -> Result<StreamMeta, ServiceError> {
         let tail = self.confirmed_tail(desc).await?;
