@@ -18,8 +18,6 @@ pub enum BenchError {
     Usage(String),
     #[error("latency histogram: {0}")]
     Histogram(#[from] hdrhistogram::CreationError),
-    #[error("merging latency histograms: {0}")]
-    HistogramMerge(#[from] hdrhistogram::AdditionError),
     #[error("a benchmark task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
     #[error("page: {0}")]
