@@ -141,7 +141,7 @@ impl Actor {
 
     /// Makes an acknowledged object's entries visible to readers.
     pub(super) fn publish(&mut self, object: &WalObject) {
-        let mut touched: Vec<Arc<StreamCell>> = Vec::new();
+        let mut touched: Vec<Arc<StreamCell>> = Vec::with_capacity(object.entries.len());
         let now = Instant::now();
         for entry in &object.entries {
             let id = crate::shard::state::entry_stream(entry).id;
@@ -182,11 +182,13 @@ impl Actor {
                 tracing::error!(error = %e, "acknowledged entry does not apply to durable state");
             }
             if let Some(cell) = existing {
-                if !touched.iter().any(|c| Arc::ptr_eq(c, &cell)) {
-                    touched.push(cell);
-                }
+                touched.push(cell);
             }
         }
+        // One wake-up per stream however many of its entries the object
+        // holds (sorting keeps this O(n log n) for objects of many streams).
+        touched.sort_unstable_by_key(|cell| Arc::as_ptr(cell) as usize);
+        touched.dedup_by(|a, b| Arc::ptr_eq(a, b));
         for cell in touched {
             cell.bump();
         }
