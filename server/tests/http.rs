@@ -285,6 +285,24 @@ async fn malformed_requests_get_4xx_with_json_errors() {
     let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
     assert!(answer.starts_with("http/1.1 413"), "{answer}");
     assert!(answer.contains("connection: close"), "{answer}");
+    // A body too large to drain before answering is still read (and
+    // dropped) while the answer goes out, so a client that sends all of it
+    // reads the 413 instead of failing its write on a closed connection
+    // (RFC 9112 §9.6); the connection closes after.
+    for _ in 0..3 {
+        let big = c
+            .post(server.url("s"))
+            .header("content-type", "application/json")
+            .body(vec![b'1'; 8 << 20])
+            .send()
+            .await
+            .expect("the refusal, not a failed write");
+        assert_eq!(big.status(), 413);
+        assert_eq!(
+            big.headers().get("connection").map(|v| v.as_bytes()),
+            Some(&b"close"[..])
+        );
+    }
     // Arbitrary offsets and producer values never reach a 5xx.
     for garbage in [
         "%00",

@@ -186,15 +186,24 @@ impl BudgetHeld {
 const REFUSED_BODY_DRAIN_BYTES_MAX: usize = 1 << 20;
 const REFUSED_BODY_DRAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Most bytes of a refused body read (and dropped) *after* the refusal is
+/// answered, how long that may take in all, and how long the client may
+/// pause in it.
+const LINGER_BYTES_MAX: usize = 64 << 20;
+const LINGER_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_IDLE_MAX: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// `refusal`, once what is left of `body` was read and dropped (at most
 /// [`REFUSED_BODY_DRAIN_BYTES_MAX`] within [`REFUSED_BODY_DRAIN_TIME_MAX`],
 /// nothing kept), so that the connection can carry the client's next
 /// request. A body longer or slower than that is not waited for: the
 /// refusal then says `Connection: close`, as the connection closes after it
-/// (a client that sent its next request on it would lose that request).
+/// (a client that sent its next request on it would lose that request), and
+/// the rest lingers (see [`linger`]).
 async fn drained(mut body: Incoming, refusal: ApiError) -> ApiError {
     let declared = hyper::body::Body::size_hint(&body).exact();
     if declared.is_some_and(|n| n > REFUSED_BODY_DRAIN_BYTES_MAX as u64) {
+        linger(body);
         return refusal.header("connection", "close");
     }
     let deadline = tokio::time::Instant::now() + REFUSED_BODY_DRAIN_TIME_MAX;
@@ -205,13 +214,43 @@ async fn drained(mut body: Incoming, refusal: ApiError) -> ApiError {
             Ok(Some(Ok(frame))) => {
                 let size = frame.data_ref().map_or(0, |d| d.len());
                 if size > left {
+                    linger(body);
                     return refusal.header("connection", "close");
                 }
                 left -= size;
             }
-            Ok(Some(Err(_))) | Err(_) => return refusal.header("connection", "close"),
+            Ok(Some(Err(_))) => return refusal.header("connection", "close"),
+            Err(_) => {
+                linger(body);
+                return refusal.header("connection", "close");
+            }
         }
     }
+}
+
+/// Reads and drops the rest of a refused body while its refusal goes out:
+/// at most [`LINGER_BYTES_MAX`] within [`LINGER_TIME_MAX`], stopping when
+/// the client pauses for [`LINGER_IDLE_MAX`]. Closing with unread bytes
+/// would make the client's kernel see a reset, and a client still writing
+/// the body would fail its write instead of reading the answer (RFC 9112
+/// §9.6, "Tear-down"). Nothing is kept, and the connection closes once
+/// this stops (the refusal says `Connection: close`).
+fn linger(mut body: Incoming) {
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + LINGER_TIME_MAX;
+        let mut left = LINGER_BYTES_MAX;
+        loop {
+            let idle = deadline.min(tokio::time::Instant::now() + LINGER_IDLE_MAX);
+            let Ok(Some(Ok(frame))) = tokio::time::timeout_at(idle, body.frame()).await else {
+                return;
+            };
+            let size = frame.data_ref().map_or(0, |d| d.len());
+            let Some(rest) = left.checked_sub(size) else {
+                return;
+            };
+            left = rest;
+        }
+    });
 }
 
 fn too_large(limit: usize) -> ApiError {
