@@ -1,17 +1,16 @@
 //! The process's allocator settings, made once at start.
 //!
 //! The `strata` binary allocates with mimalloc (its `#[global_allocator]` is
-//! in `main.rs`). Against glibc's malloc it took the request path's
-//! allocation share of CPU down enough for +6–8% requests/s on raw appends
-//! at 64 connections and +14% on product appends at 1,024
-//! (docs/BENCHMARKS.md, issue 19).
+//! in `main.rs`). Against glibc's malloc, measured alternating in one
+//! session: +14–25% requests/s on product appends at 1,024 connections,
+//! +3–6% on raw appends at 1,024, 0–8% at 64 (docs/BENCHMARKS.md, issue 19).
 //!
 //! The server's budgets (bodies, queues, live frames) bound what it *holds*;
 //! the allocator decides what it *keeps*. By default mimalloc (v3) returns
 //! freed pages to the system a second after they empty, and in the memory
 //! floods (`server/tests/memory.rs`) freed multi-megabyte buffers piled up
 //! past the test's bound in that second. Purging at once keeps the resident size
-//! following what is held; it cost no throughput measurable in the HTTP rows.
+//! following what is held; the gains above were measured with it.
 
 /// mimalloc's `mi_option_purge_delay` (its `mi_option_e` in mimalloc.h, v3):
 /// milliseconds before freed memory is returned to the system.

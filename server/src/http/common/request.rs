@@ -3,6 +3,7 @@
 //! surfaces share, and the idempotent producer's `Producer-*` headers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
@@ -78,11 +79,11 @@ pub fn decode_stream_name(raw: &str, max_bytes: usize) -> Result<String, NameErr
 /// Longest a request body may take to arrive (408 after it), and longest it
 /// may pause between two parts (408 too): a client that stalls, or trickles,
 /// cannot hold the bytes it sent of the body budget for longer.
-pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-pub const BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a body waits for room in the budget before the request is
 /// refused (503, nothing applied).
-pub const BODY_BUDGET_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+pub const BODY_BUDGET_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// A request body read whole, holding its bytes of the server's budget for
 /// buffered bodies until dropped.
@@ -181,76 +182,86 @@ impl BudgetHeld {
     }
 }
 
-/// Most bytes of a refused body read (and dropped) before the refusal is
-/// answered, and how long that may take.
-const REFUSED_BODY_DRAIN_BYTES_MAX: usize = 1 << 20;
-const REFUSED_BODY_DRAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+/// Bounds on reading and dropping what is left of a refused body.
+#[derive(Debug, Clone, Copy)]
+struct DiscardBounds {
+    bytes_max: usize,
+    time_max: Duration,
+    /// Longest pause of the client's.
+    idle_max: Duration,
+}
 
-/// Most bytes of a refused body read (and dropped) *after* the refusal is
-/// answered, how long that may take in all, and how long the client may
-/// pause in it.
-const LINGER_BYTES_MAX: usize = 64 << 20;
-const LINGER_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
-const LINGER_IDLE_MAX: std::time::Duration = std::time::Duration::from_millis(200);
+/// Before the refusal is answered: a body this short keeps the connection.
+const DISCARD_BEFORE_ANSWER: DiscardBounds = DiscardBounds {
+    bytes_max: 1 << 20,
+    time_max: Duration::from_secs(2),
+    idle_max: Duration::from_secs(2),
+};
 
-/// `refusal`, once what is left of `body` was read and dropped (at most
-/// [`REFUSED_BODY_DRAIN_BYTES_MAX`] within [`REFUSED_BODY_DRAIN_TIME_MAX`],
-/// nothing kept), so that the connection can carry the client's next
-/// request. A body longer or slower than that is not waited for: the
-/// refusal then says `Connection: close`, as the connection closes after it
-/// (a client that sent its next request on it would lose that request), and
-/// the rest lingers (see [`linger`]).
-async fn drained(mut body: Incoming, refusal: ApiError) -> ApiError {
-    let declared = hyper::body::Body::size_hint(&body).exact();
-    if declared.is_some_and(|n| n > REFUSED_BODY_DRAIN_BYTES_MAX as u64) {
-        linger(body);
-        return refusal.header("connection", "close");
-    }
-    let deadline = tokio::time::Instant::now() + REFUSED_BODY_DRAIN_TIME_MAX;
-    let mut left = REFUSED_BODY_DRAIN_BYTES_MAX;
+/// After the refusal is answered (the connection then closes): long enough
+/// for a client still sending the body to finish and read the answer.
+const DISCARD_AFTER_ANSWER: DiscardBounds = DiscardBounds {
+    bytes_max: 64 << 20,
+    time_max: Duration::from_secs(2),
+    idle_max: Duration::from_millis(200),
+};
+
+/// How far reading and dropping a body got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Discarded {
+    /// To its end.
+    Whole,
+    /// Stopped at a bound: more may follow.
+    Cut,
+    /// The connection failed under it.
+    Broken,
+}
+
+/// Reads and drops `body` within `bounds`, keeping nothing.
+async fn discard(body: &mut Incoming, bounds: DiscardBounds) -> Discarded {
+    let deadline = tokio::time::Instant::now() + bounds.time_max;
+    let mut left = bounds.bytes_max;
     loop {
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(None) => return refusal,
+        let idle = deadline.min(tokio::time::Instant::now() + bounds.idle_max);
+        match tokio::time::timeout_at(idle, body.frame()).await {
+            Ok(None) => return Discarded::Whole,
             Ok(Some(Ok(frame))) => {
                 let size = frame.data_ref().map_or(0, |d| d.len());
-                if size > left {
-                    linger(body);
-                    return refusal.header("connection", "close");
+                match left.checked_sub(size) {
+                    Some(rest) => left = rest,
+                    None => return Discarded::Cut,
                 }
-                left -= size;
             }
-            Ok(Some(Err(_))) => return refusal.header("connection", "close"),
-            Err(_) => {
-                linger(body);
-                return refusal.header("connection", "close");
-            }
+            Ok(Some(Err(_))) => return Discarded::Broken,
+            Err(_) => return Discarded::Cut,
         }
     }
 }
 
-/// Reads and drops the rest of a refused body while its refusal goes out:
-/// at most [`LINGER_BYTES_MAX`] within [`LINGER_TIME_MAX`], stopping when
-/// the client pauses for [`LINGER_IDLE_MAX`]. Closing with unread bytes
-/// would make the client's kernel see a reset, and a client still writing
-/// the body would fail its write instead of reading the answer (RFC 9112
-/// §9.6, "Tear-down"). Nothing is kept, and the connection closes once
-/// this stops (the refusal says `Connection: close`).
-fn linger(mut body: Incoming) {
-    tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + LINGER_TIME_MAX;
-        let mut left = LINGER_BYTES_MAX;
-        loop {
-            let idle = deadline.min(tokio::time::Instant::now() + LINGER_IDLE_MAX);
-            let Ok(Some(Ok(frame))) = tokio::time::timeout_at(idle, body.frame()).await else {
-                return;
-            };
-            let size = frame.data_ref().map_or(0, |d| d.len());
-            let Some(rest) = left.checked_sub(size) else {
-                return;
-            };
-            left = rest;
+/// `refusal`, once what is left of `body` was read and dropped (within
+/// [`DISCARD_BEFORE_ANSWER`]), so that the connection can carry the
+/// client's next request. A body longer or slower than that is not waited
+/// for: the refusal then says `Connection: close`, as the connection closes
+/// after it (a client that sent its next request on it would lose that
+/// request). Until it closes, the rest is still read and dropped (within
+/// [`DISCARD_AFTER_ANSWER`]): closing with unread bytes makes the client's
+/// kernel see a reset, and a client still writing the body would fail its
+/// write instead of reading the answer (RFC 9112 §9.6, "Tear-down").
+async fn drained(mut body: Incoming, refusal: ApiError) -> ApiError {
+    let declared = hyper::body::Body::size_hint(&body).exact();
+    let discarded = if declared.is_some_and(|n| n > DISCARD_BEFORE_ANSWER.bytes_max as u64) {
+        Discarded::Cut
+    } else {
+        discard(&mut body, DISCARD_BEFORE_ANSWER).await
+    };
+    match discarded {
+        Discarded::Whole => refusal,
+        Discarded::Cut => {
+            tokio::spawn(async move { discard(&mut body, DISCARD_AFTER_ANSWER).await });
+            refusal.header("connection", "close")
         }
-    });
+        Discarded::Broken => refusal.header("connection", "close"),
+    }
 }
 
 fn too_large(limit: usize) -> ApiError {
