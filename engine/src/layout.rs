@@ -131,17 +131,29 @@ impl ShardLayout {
     }
 
     pub fn immutable(&self, kind: ImmutableKind, id: ObjectId) -> Path {
-        Path::from(format!(
+        Path::from(self.immutable_name(kind, id))
+    }
+
+    /// The name `immutable` parses into a [`Path`], as a plain string.
+    fn immutable_name(&self, kind: ImmutableKind, id: ObjectId) -> String {
+        format!(
             "shards/{}/{}/{:0width$}",
             self.shard,
             kind.dir(),
             id.0,
             width = WAL_SLOT_DIGITS
-        ))
+        )
     }
 
     pub fn segment(&self, id: ObjectId) -> Path {
         self.immutable(ImmutableKind::Segment, id)
+    }
+
+    /// A segment's name as a string (what `segment` displays as), without
+    /// parsing it into a [`Path`]: the chunk cache keys every chunk a read
+    /// visits by it, and a read may visit a thousand.
+    pub fn segment_name(&self, id: ObjectId) -> String {
+        self.immutable_name(ImmutableKind::Segment, id)
     }
 
     pub fn index_run(&self, id: ObjectId) -> Path {
@@ -200,6 +212,8 @@ mod tests {
         for kind in [ImmutableKind::Segment, ImmutableKind::IndexRun] {
             assert_eq!(l.parse_object_id(&l.immutable(kind, id), kind), Some(id));
         }
+        // The chunk cache's keys (and so its file names) stay as they were.
+        assert_eq!(l.segment_name(id), l.segment(id).as_ref());
         assert_eq!(
             l.parse_object_id(&l.segment(id), ImmutableKind::IndexRun),
             None

@@ -339,6 +339,65 @@ async fn a_routing_key_read_fetches_only_chunks_whose_summary_admits_the_key() {
     assert_eq!(counts.snapshot().gets - before.gets, 12);
 }
 
+/// A keyed read looks past other keys' data instead of stopping at
+/// `max_bytes` of it: a rare key spread over many chunks (and unsealed pages)
+/// full of another key's records comes back in one read, at the offsets a
+/// full read gives it, and the read ends at the tail.
+#[tokio::test]
+async fn a_keyed_read_looks_past_other_keys_data_in_one_read() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let shard = open(&store, 1, manual(Duration::from_secs(600))).await;
+    let s = stream(1);
+    create(&shard, s).await;
+    // Incompressible: each round's chunk is bigger than `max_bytes` below.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let bulk: Vec<String> = (0..64)
+        .map(|_| {
+            (0..13)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    format!("{state:016x}")
+                })
+                .collect()
+        })
+        .collect();
+    for round in 0..10 {
+        append(&shard, s, "bulk", &bulk).await;
+        append(&shard, s, "rare", &[format!("rare-{round}")]).await;
+        if round < 8 {
+            shard.seal_now().await.unwrap();
+        }
+    }
+    append(&shard, s, "bulk", &bulk).await;
+    let limits = ReadLimits {
+        max_records: 10_000,
+        max_bytes: 4096,
+    };
+    let batch = shard
+        .read(&s, 0, limits, &cipher(), Some(b"rare".as_slice()))
+        .await
+        .unwrap();
+    let got: Vec<(u64, String)> = batch
+        .records
+        .iter()
+        .map(|r| (r.offset, String::from_utf8(r.payload.to_vec()).unwrap()))
+        .collect();
+    let expected: Vec<(u64, String)> = (0..10u64)
+        .map(|round| (round * 65 + 64, format!("rare-{round}")))
+        .collect();
+    assert_eq!(got, expected, "8 sealed chunks and 2 rounds unsealed");
+    assert!(
+        batch.up_to_date(),
+        "the read moved past the bulk to the tail"
+    );
+    assert_eq!(batch.next_offset, 10 * 65 + 64);
+    // A full read still stops at about `max_bytes` of records.
+    let full = shard.read(&s, 0, limits, &cipher(), None).await.unwrap();
+    assert!(full.records.len() < 64 && !full.up_to_date());
+}
+
 /// A chunk with more routing keys than an exact summary lists gets a bloom
 /// filter; its index run must load on reopen and key reads still filter.
 #[tokio::test]

@@ -13,10 +13,14 @@
 //! * [`segment`]: segment objects — the sealed pages of many streams, grouped
 //!   into per-stream chunks (page directory, anchors, CRC), a table of chunks
 //!   with routing-key summaries, and a trailer. Written whole, create-only.
+//! * [`key_index`]: an in-memory index of a decoded chunk's pages by
+//!   routing-key hash (derived, never stored), so a keyed read visits only its
+//!   key's pages.
 //!
 //! Page bytes are stored identically in WAL objects and segment objects; this
 //! crate is the only place that knows what is inside them.
 
+pub mod key_index;
 pub mod keys;
 pub mod page;
 pub mod segment;

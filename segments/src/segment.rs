@@ -32,10 +32,13 @@
 //! instead of from its start. Every decoder checks magic, version, lengths and
 //! CRC before it trusts a byte.
 
+use std::sync::OnceLock;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 use strata_codec::{ReadBytes, ReadError};
 
+use crate::key_index::KeyIndex;
 use crate::page::parse_header;
 
 pub const CHUNK_MAGIC: [u8; 4] = *b"SGCK";
@@ -244,6 +247,38 @@ pub struct Chunk {
     pub directory: Vec<DirectoryEntry>,
     /// The pages, in order (slices of the chunk's bytes).
     pub pages: Vec<Bytes>,
+    /// The directory by routing-key hash, built on the first keyed lookup.
+    key_index: OnceLock<KeyIndex>,
+}
+
+impl Chunk {
+    pub fn new(
+        stream_id: [u8; 16],
+        incarnation: u64,
+        first_offset: u64,
+        record_count: u64,
+        directory: Vec<DirectoryEntry>,
+        pages: Vec<Bytes>,
+    ) -> Self {
+        Chunk {
+            stream_id,
+            incarnation,
+            first_offset,
+            record_count,
+            directory,
+            pages,
+            key_index: OnceLock::new(),
+        }
+    }
+
+    /// The directory indices of the pages whose routing-key hash is
+    /// `key_hash`, in offset order. The first call indexes the directory
+    /// (`key_index.rs`); later calls are two binary searches.
+    pub fn pages_of_key(&self, key_hash: u64) -> &[u32] {
+        self.key_index
+            .get_or_init(|| KeyIndex::build(&self.directory))
+            .pages_of(key_hash)
+    }
 }
 
 /// The pages of one stream incarnation to seal.
@@ -633,14 +668,14 @@ pub fn decode_chunk(bytes: &Bytes) -> Result<Chunk, SegmentError> {
         .iter()
         .map(|e| b.slice(e.position as usize..(e.position + e.length) as usize))
         .collect();
-    Ok(Chunk {
+    Ok(Chunk::new(
         stream_id,
         incarnation,
         first_offset,
         record_count,
         directory,
         pages,
-    })
+    ))
 }
 
 #[cfg(test)]

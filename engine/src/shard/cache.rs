@@ -162,8 +162,9 @@ impl ChunkCache {
             .entries
             .get_mut(key)
             .map(|e| (e.0.clone(), std::mem::replace(&mut e.2, tick)))?;
-        memo.by_tick.remove(&old);
-        memo.by_tick.insert(tick, key.to_string());
+        // The recency list's own copy of the key moves to the new tick.
+        let name = memo.by_tick.remove(&old).unwrap_or_else(|| key.to_string());
+        memo.by_tick.insert(tick, name);
         Some(chunk)
     }
 
@@ -285,14 +286,14 @@ mod tests {
     use super::*;
 
     fn chunk(first_offset: u64) -> Arc<Chunk> {
-        Arc::new(Chunk {
-            stream_id: [0; 16],
-            incarnation: 1,
+        Arc::new(Chunk::new(
+            [0; 16],
+            1,
             first_offset,
-            record_count: 1,
-            directory: Vec::new(),
-            pages: Vec::new(),
-        })
+            1,
+            Vec::new(),
+            Vec::new(),
+        ))
     }
 
     #[test]

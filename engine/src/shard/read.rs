@@ -11,7 +11,7 @@ use super::api::ShardStatus;
 use super::chunk::SealedChunk;
 use super::ctx::ShardCtx;
 use super::handle::Shard;
-use super::state::{StoredPage, StreamStatus};
+use super::state::{DurableStream, StoredPage, StreamStatus};
 use super::tiers::{load_chunk, read_ahead, READ_AHEAD_CHUNKS};
 use crate::error::EngineError;
 use crate::ids::StreamRef;
@@ -116,6 +116,119 @@ async fn fetch_chunk(
     load_chunk(ctx, sealed).await.map(Some)
 }
 
+/// Bytes of chunks and unsealed pages one keyed read may look through (its
+/// own records still stop at [`ReadLimits`]). A routing key's records are
+/// sparse when many keys interleave, and looking through a decoded chunk
+/// costs only the key's own pages (`Chunk::pages_of_key`), so a keyed read
+/// is not cut at `max_bytes` of other keys' data as a full read is; chunks
+/// are still fetched [`CHUNK_FETCHES_MAX`] at a time and the read stops at
+/// the first window that fills it.
+const KEYED_SCAN_BYTES_MAX: usize = 64 << 20;
+/// Chunks one keyed read may look through, however small they are.
+const KEYED_SCAN_CHUNKS_MAX: usize = 1024;
+
+/// What a read takes from the stream's state under its read lock.
+struct Selection {
+    /// Sealed chunks from the one holding `from`, contiguous.
+    chunks: Vec<SealedChunk>,
+    /// Unsealed pages to take (of the read's key only, for a keyed read),
+    /// once the chunks reach the unsealed tier.
+    pages: Vec<StoredPage>,
+    /// The end of the last unsealed page looked through (0 if none): a read
+    /// that is not full has moved past it.
+    pages_end: u64,
+    tail: u64,
+    closed: bool,
+}
+
+impl Selection {
+    /// Chooses chunks, then unsealed pages, from `from` on: a full read up to
+    /// `max_bytes` of them (at least one), a keyed read up to `max_bytes` and
+    /// `max_records` of its key's unsealed pages and [`KEYED_SCAN_BYTES_MAX`]
+    /// looked through.
+    fn of(
+        state: &DurableStream,
+        from: u64,
+        limits: ReadLimits,
+        routing_key: Option<&[u8]>,
+    ) -> Selection {
+        let scan_bytes_max = match routing_key {
+            Some(_) => KEYED_SCAN_BYTES_MAX.max(limits.max_bytes),
+            None => limits.max_bytes,
+        };
+        // `taken` counts against the read's limits, `scanned` everything
+        // looked through; they are equal for a full read.
+        let (mut taken, mut scanned) = (0usize, 0usize);
+        let mut chunks: Vec<SealedChunk> = Vec::new();
+        let unsealed_from = state.unsealed_from();
+        if from < unsealed_from {
+            let start = state.sealed.partition_point(|c| c.end_offset() <= from);
+            for chunk in &state.sealed[start..] {
+                if !chunks.is_empty()
+                    && (taken >= limits.max_bytes
+                        || scanned >= scan_bytes_max
+                        || chunks.len() >= KEYED_SCAN_CHUNKS_MAX)
+                {
+                    break;
+                }
+                scanned += chunk.chunk.length as usize;
+                if routing_key.is_none() {
+                    taken += chunk.chunk.length as usize;
+                }
+                chunks.push(chunk.clone());
+            }
+        }
+        let mut pages: Vec<StoredPage> = Vec::new();
+        let mut pages_end = 0u64;
+        let sealed_done = chunks
+            .last()
+            .is_none_or(|c| c.end_offset() >= unsealed_from);
+        if sealed_done {
+            let start = state.pages.partition_point(|p| p.end_offset() <= from);
+            let mut records = 0usize;
+            for page in &state.pages[start..] {
+                if !(pages.is_empty() && chunks.is_empty())
+                    && (taken >= limits.max_bytes
+                        || records >= limits.max_records
+                        || scanned >= scan_bytes_max)
+                {
+                    break;
+                }
+                scanned += page.bytes.len();
+                pages_end = page.end_offset();
+                if routing_key.is_some_and(|rk| rk != page.routing_key.as_ref()) {
+                    continue;
+                }
+                taken += page.bytes.len();
+                records += page.record_count as usize;
+                pages.push(page.clone());
+            }
+        }
+        Selection {
+            chunks,
+            pages,
+            pages_end,
+            tail: state.tail.next_offset,
+            closed: state.tail.status == StreamStatus::Closed,
+        }
+    }
+
+    /// The sealed chunks after the selected ones (that may hold the read's
+    /// key), for the cache to fetch ahead.
+    fn ahead_of(&self, sealed: &[SealedChunk], key_hash: Option<u64>) -> Vec<SealedChunk> {
+        let Some(last) = self.chunks.last() else {
+            return Vec::new();
+        };
+        let next = sealed.partition_point(|c| c.end_offset() <= last.end_offset());
+        sealed[next..]
+            .iter()
+            .filter(|c| key_hash.is_none_or(|h| c.chunk.summary.may_contain(h)))
+            .take(READ_AHEAD_CHUNKS)
+            .cloned()
+            .collect()
+    }
+}
+
 /// Accumulates a read's records up to its limits.
 struct Collector {
     out: Vec<Record>,
@@ -175,6 +288,55 @@ impl Collector {
                 routing_key: header.routing_key,
                 records: self.out.len() - before,
             });
+        }
+        Ok(())
+    }
+}
+
+impl Collector {
+    /// Takes a chunk's pages from `from` on.
+    fn take_chunk(&mut self, cipher: &StreamCipher, chunk: &Chunk) -> Result<(), EngineError> {
+        for (entry, page) in chunk.directory.iter().zip(&chunk.pages) {
+            let end = entry.first_offset + entry.record_count as u64;
+            if end <= self.from {
+                self.skip_to(end);
+                continue;
+            }
+            self.take_page(cipher, page, None)?;
+            if self.full {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the pages of one routing key (hash `key_hash`) from `from` on,
+    /// visiting only those pages (the chunk's key index) and skipping the
+    /// others' offsets: the same records and `next_offset` as a walk of the
+    /// whole directory, at a cost proportional to the key's own pages.
+    fn take_key_of_chunk(
+        &mut self,
+        cipher: &StreamCipher,
+        chunk: &Chunk,
+        key_hash: u64,
+        routing_key: &[u8],
+    ) -> Result<(), EngineError> {
+        for &index in chunk.pages_of_key(key_hash) {
+            let index = index as usize;
+            let (Some(entry), Some(page)) = (chunk.directory.get(index), chunk.pages.get(index))
+            else {
+                break;
+            };
+            let end = entry.first_offset + entry.record_count as u64;
+            if end <= self.from {
+                continue;
+            }
+            // The pages before this one in the chunk hold other keys.
+            self.skip_to(entry.first_offset);
+            self.take_page(cipher, page, Some(routing_key))?;
+            if self.full {
+                break;
+            }
         }
         Ok(())
     }
@@ -252,7 +414,7 @@ impl Shard {
             .cell(&stream.id)
             .ok_or(EngineError::StreamNotFound)?;
         let key_hash = routing_key.map(routing_key_hash);
-        let (chunks, ahead, pages, tail, closed, _pins) = {
+        let (selection, ahead, _pins) = {
             let state = cell.state.read();
             if !state.tail.is_live(stream) {
                 return Err(EngineError::StreamNotFound);
@@ -262,127 +424,72 @@ impl Shard {
             {
                 return Err(EngineError::WrongKey);
             }
-            let mut bytes = 0usize;
-            let mut chunks: Vec<SealedChunk> = Vec::new();
-            let unsealed_from = state.unsealed_from();
-            if from < unsealed_from {
-                let start = state.sealed.partition_point(|c| c.end_offset() <= from);
-                for chunk in &state.sealed[start..] {
-                    if !chunks.is_empty() && bytes >= limits.max_bytes {
-                        break;
-                    }
-                    bytes += chunk.chunk.length as usize;
-                    chunks.push(chunk.clone());
-                }
-            }
-            if from < unsealed_from {
-                check_tiling(&chunks, from, unsealed_from).map_err(|reason| {
+            let selection = Selection::of(&state, from, limits, routing_key);
+            if from < state.unsealed_from() {
+                check_tiling(&selection.chunks, from, state.unsealed_from()).map_err(|reason| {
                     EngineError::corrupt(format!("{} (sealed tier)", self.name()), reason)
                 })?;
             }
-            // The chunks after these, for the cache to fetch ahead.
-            let ahead: Vec<SealedChunk> = match chunks.last() {
-                Some(last) => {
-                    let next = state
-                        .sealed
-                        .partition_point(|c| c.end_offset() <= last.end_offset());
-                    state.sealed[next..]
-                        .iter()
-                        .filter(|c| key_hash.is_none_or(|h| c.chunk.summary.may_contain(h)))
-                        .take(READ_AHEAD_CHUNKS)
-                        .cloned()
-                        .collect()
-                }
-                None => Vec::new(),
-            };
-            let mut chosen: Vec<StoredPage> = Vec::new();
-            let sealed_done = chunks
-                .last()
-                .is_none_or(|c| c.end_offset() >= unsealed_from);
-            if sealed_done {
-                let start = state.pages.partition_point(|p| p.end_offset() <= from);
-                let mut records = 0usize;
-                for page in &state.pages[start..] {
-                    if !(chosen.is_empty() && chunks.is_empty())
-                        && (bytes >= limits.max_bytes || records >= limits.max_records)
-                    {
-                        break;
-                    }
-                    bytes += page.bytes.len();
-                    records += page.record_count as usize;
-                    chosen.push(page.clone());
-                }
-            }
             // Pinned before the lock is released: see `ShardShared::pin_segments`.
-            let pins = (!chunks.is_empty()).then(|| {
+            let pins = (!selection.chunks.is_empty()).then(|| {
                 self.inner
                     .shared
-                    .pin_segments(chunks.iter().map(|c| c.segment))
+                    .pin_segments(selection.chunks.iter().map(|c| c.segment))
             });
-            (
-                chunks,
-                ahead,
-                chosen,
-                state.tail.next_offset,
-                state.tail.status == StreamStatus::Closed,
-                pins,
-            )
+            let ahead = selection.ahead_of(&state.sealed, key_hash);
+            (selection, ahead, pins)
         };
         let ctx = &self.inner.ctx;
         read_ahead(ctx, ahead);
-        let mut loaded: Vec<Option<std::sync::Arc<Chunk>>> = Vec::with_capacity(chunks.len());
-        for window in chunks.chunks(CHUNK_FETCHES_MAX) {
-            let fetches: Vec<_> = window
-                .iter()
-                .map(|c| fetch_chunk(ctx, c, key_hash))
-                .collect();
-            loaded.extend(futures::future::try_join_all(fetches).await?);
-        }
         let mut reader = Collector {
             out: Vec::new(),
             spans: Vec::new(),
-            next_offset: from.min(tail),
+            next_offset: from.min(selection.tail),
             bytes: 0,
             from,
             limits,
             full: false,
         };
-        for (sealed, chunk) in chunks.iter().zip(loaded) {
-            let Some(chunk) = chunk else {
-                reader.skip_to(sealed.end_offset());
-                continue;
-            };
-            for (entry, page) in chunk.directory.iter().zip(&chunk.pages) {
-                let end = entry.first_offset + entry.record_count as u64;
-                if end <= from || key_hash.is_some_and(|h| h != entry.routing_key_hash) {
-                    reader.skip_to(end);
-                    continue;
+        // A window of chunks is fetched at once; the read stops at the first
+        // window that fills it.
+        for window in selection.chunks.chunks(CHUNK_FETCHES_MAX) {
+            let fetches: Vec<_> = window
+                .iter()
+                .map(|c| fetch_chunk(ctx, c, key_hash))
+                .collect();
+            let loaded = futures::future::try_join_all(fetches).await?;
+            for (sealed, chunk) in window.iter().zip(loaded) {
+                match (chunk, key_hash, routing_key) {
+                    (None, _, _) => {}
+                    (Some(chunk), Some(hash), Some(key)) => {
+                        reader.take_key_of_chunk(cipher, &chunk, hash, key)?
+                    }
+                    (Some(chunk), _, _) => reader.take_chunk(cipher, &chunk)?,
                 }
-                reader.take_page(cipher, page, routing_key)?;
                 if reader.full {
                     break;
                 }
+                reader.skip_to(sealed.end_offset());
             }
             if reader.full {
                 break;
             }
         }
-        for page in &pages {
+        for page in &selection.pages {
             if reader.full {
                 break;
             }
-            if routing_key.is_some_and(|rk| rk != page.routing_key.as_ref()) {
-                reader.skip_to(page.end_offset());
-                continue;
-            }
+            // Pages between the chosen ones hold other keys.
+            reader.skip_to(page.first_offset);
             reader.take_page(cipher, &page.bytes, None)?;
         }
+        reader.skip_to(selection.pages_end);
         Ok(ReadBatch {
             records: reader.out,
             spans: reader.spans,
             next_offset: reader.next_offset,
-            tail,
-            closed,
+            tail: selection.tail,
+            closed: selection.closed,
         })
     }
 

@@ -30,9 +30,12 @@ pub(crate) const READ_AHEAD_CHUNKS: usize = 4;
 /// Bytes of chunks being fetched ahead at once, per cache, at most.
 const READ_AHEAD_BYTES_MAX: u64 = 64 << 20;
 
-/// The cache key of a chunk: its object and byte range.
-fn cache_key(path: &object_store::path::Path, sealed: &SealedChunk) -> String {
-    format!("{path}@{}+{}", sealed.chunk.position, sealed.chunk.length)
+/// The cache key of a chunk: its object's name and byte range.
+fn cache_key(ctx: &ShardCtx, sealed: &SealedChunk) -> String {
+    use std::fmt::Write as _;
+    let mut key = ctx.layout.segment_name(sealed.segment);
+    let _ = write!(key, "@{}+{}", sealed.chunk.position, sealed.chunk.length);
+    key
 }
 
 /// Loads one sealed chunk: from the cache, from a fetch in flight (joining
@@ -41,10 +44,9 @@ pub(crate) async fn load_chunk(
     ctx: &Arc<ShardCtx>,
     sealed: &SealedChunk,
 ) -> Result<Arc<Chunk>, EngineError> {
-    let path = ctx.layout.segment(sealed.segment);
     let r = &sealed.chunk;
     if let Some(cache) = ctx.config.chunk_cache.as_ref() {
-        let key = cache_key(&path, sealed);
+        let key = cache_key(ctx, sealed);
         if let Some(chunk) = cache.decoded(&key) {
             CacheCountsCell::count(&cache.counts.memory_hits);
             return Ok(chunk);
@@ -73,6 +75,7 @@ pub(crate) async fn load_chunk(
         }
         // The shared fetch failed: fetch again, to report why.
     }
+    let path = ctx.layout.segment(sealed.segment);
     let bytes = get_range(ctx, &path, r.position..r.position + r.length).await?;
     check(sealed, decode_chunk(&bytes))
         .map(Arc::new)
@@ -161,7 +164,7 @@ pub(crate) fn read_ahead(ctx: &Arc<ShardCtx>, ahead: Vec<SealedChunk>) {
         return;
     };
     for sealed in ahead {
-        let key = cache_key(&ctx.layout.segment(sealed.segment), &sealed);
+        let key = cache_key(ctx, &sealed);
         if cache.contains(&key) || cache.in_flight(&key).is_some() {
             continue;
         }

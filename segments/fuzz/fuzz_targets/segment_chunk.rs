@@ -6,7 +6,9 @@
 //! encoding the decoded chunk again gives the input with only the fields the
 //! decoder does not check cleared (docs/FORMATS.md §11.7); and when its pages
 //! are real pages, `build_segment` rebuilds the chunk: the same pages, and the
-//! same bytes when the directory is the one the page headers give.
+//! same bytes when the directory is the one the page headers give. The key
+//! index (`Chunk::pages_of_key`) answers, for every hash the directory
+//! holds, exactly the pages a walk of the directory finds, in order.
 #![no_main]
 
 use bytes::Bytes;
@@ -50,6 +52,16 @@ fn check(bytes: &Bytes) {
         chunk.first_offset.checked_add(chunk.record_count)
     );
     assert_eq!(pages_at + position + 4, bytes.len());
+    let mut indexed = 0usize;
+    for (i, e) in chunk.directory.iter().enumerate() {
+        let of_key = chunk.pages_of_key(e.routing_key_hash);
+        assert!(of_key.windows(2).all(|w| w[0] < w[1]));
+        assert!(of_key.contains(&(i as u32)));
+        if of_key.first() == Some(&(i as u32)) {
+            indexed += of_key.len();
+        }
+    }
+    assert_eq!(indexed, p, "every page is indexed once");
     let canonical = canonical_chunk(bytes);
     assert_eq!(encode_chunk(&chunk), canonical);
 

@@ -1,0 +1,126 @@
+//! An in-memory index of one decoded chunk's pages by routing-key hash, so a
+//! read of one routing key visits only that key's pages instead of walking the
+//! whole directory (a chunk of a collection with 1,000 interleaved keys holds
+//! thousands of pages, of which a key owns a few).
+//!
+//! Not a storage format: it is derived from the directory (`segment.rs`), on
+//! the first keyed read of a decoded chunk, and lives as long as that decoded
+//! chunk. Invariants: every page's directory index appears once in `pages`;
+//! the span of a hash covers exactly the indices of the pages with that hash,
+//! ascending (so a key's pages come in offset order).
+
+use std::collections::HashMap;
+
+use crate::segment::DirectoryEntry;
+
+/// Where one routing-key hash's page indices sit in [`KeyIndex::pages`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PageSpan {
+    start: u32,
+    len: u32,
+}
+
+/// A chunk's page indices grouped by routing-key hash. One hash-table probe
+/// per lookup: a keyed read looks up every chunk of its stream, and binary
+/// searches over thousands of hashes per chunk cost a cache miss per step.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyIndex {
+    spans: HashMap<u64, PageSpan>,
+    /// Directory indices, grouped by hash, ascending within a group.
+    pages: Vec<u32>,
+}
+
+impl KeyIndex {
+    /// Indexes a chunk's directory. A chunk lists at most 2^24 pages
+    /// (`CHUNK_PAGES_MAX`), so every index fits a `u32`.
+    pub fn build(directory: &[DirectoryEntry]) -> Self {
+        let mut pairs: Vec<(u64, u32)> = directory
+            .iter()
+            .zip(0u32..)
+            .map(|(entry, index)| (entry.routing_key_hash, index))
+            .collect();
+        // The indices are distinct, so an unstable sort is deterministic.
+        pairs.sort_unstable();
+        let mut spans: HashMap<u64, PageSpan> = HashMap::new();
+        for (position, (hash, _)) in (0u32..).zip(&pairs) {
+            spans
+                .entry(*hash)
+                .and_modify(|span| span.len += 1)
+                .or_insert(PageSpan {
+                    start: position,
+                    len: 1,
+                });
+        }
+        let pages = pairs.into_iter().map(|(_, index)| index).collect();
+        KeyIndex { spans, pages }
+    }
+
+    /// The directory indices of the pages whose routing-key hash is `hash`,
+    /// ascending (empty if none).
+    pub fn pages_of(&self, hash: u64) -> &[u32] {
+        match self.spans.get(&hash) {
+            Some(span) => {
+                let start = span.start as usize;
+                &self.pages[start..start + span.len as usize]
+            }
+            None => &[],
+        }
+    }
+
+    /// Pages indexed (the directory's length).
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry(hash: u64) -> DirectoryEntry {
+        DirectoryEntry {
+            first_offset: 0,
+            record_count: 1,
+            append_start: true,
+            position: 0,
+            length: 1,
+            routing_key_hash: hash,
+        }
+    }
+
+    proptest! {
+        /// For every hash, the index answers exactly the directory positions
+        /// a full walk of the directory would take, in the same order.
+        #[test]
+        fn pages_of_matches_a_directory_walk(
+            hashes in proptest::collection::vec(0u64..8, 0..200),
+            probe in 0u64..10,
+        ) {
+            let directory: Vec<DirectoryEntry> = hashes.iter().map(|h| entry(*h)).collect();
+            let index = KeyIndex::build(&directory);
+            prop_assert_eq!(index.len(), directory.len());
+            let walked: Vec<u32> = (0u32..)
+                .zip(&directory)
+                .filter(|(_, e)| e.routing_key_hash == probe)
+                .map(|(i, _)| i)
+                .collect();
+            prop_assert_eq!(index.pages_of(probe), walked.as_slice());
+        }
+    }
+
+    #[test]
+    fn extreme_hashes_are_found() {
+        let directory = [entry(u64::MAX), entry(0), entry(u64::MAX), entry(7)];
+        let index = KeyIndex::build(&directory);
+        assert_eq!(index.pages_of(u64::MAX), &[0, 2]);
+        assert_eq!(index.pages_of(0), &[1]);
+        assert_eq!(index.pages_of(7), &[3]);
+        assert!(index.pages_of(1).is_empty());
+        assert!(KeyIndex::build(&[]).pages_of(0).is_empty());
+    }
+}
