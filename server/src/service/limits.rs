@@ -6,8 +6,9 @@ use std::time::Duration;
 pub const DEFAULT_PROJECT: &str = "default";
 /// Most levels a fork chain may have.
 pub const FORK_DEPTH_MAX: usize = 64;
-/// Engine reads one service read makes at most (each moves past at most
-/// about a page budget of other keys' records).
+/// Engine reads one service read makes at most (a keyed engine read looks
+/// through at most 64 MiB or 1,024 chunks of other keys' data before it
+/// answers; `strata_engine`'s `read.rs`).
 pub const READ_ROUNDS_MAX: usize = 64;
 /// Payload bytes a raw-route read returns at most (one record may exceed
 /// it): the read chunk of the Durable Streams surface.
