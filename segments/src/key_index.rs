@@ -3,15 +3,13 @@
 //! whole directory (a chunk of a collection with 1,000 interleaved keys holds
 //! thousands of pages, of which a key owns a few).
 //!
-//! Not a storage format: it is derived from the directory (`segment.rs`), on
+//! Not a storage format: it is derived from a chunk's directory, on
 //! the first keyed read of a decoded chunk, and lives as long as that decoded
 //! chunk. Invariants: every page's directory index appears once in `pages`;
 //! the span of a hash covers exactly the indices of the pages with that hash,
 //! ascending (so a key's pages come in offset order).
 
 use std::collections::HashMap;
-
-use crate::segment::DirectoryEntry;
 
 /// Where one routing-key hash's page indices sit in [`KeyIndex::pages`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,14 +29,11 @@ pub struct KeyIndex {
 }
 
 impl KeyIndex {
-    /// Indexes a chunk's directory. A chunk lists at most 2^24 pages
-    /// (`CHUNK_PAGES_MAX`), so every index fits a `u32`.
-    pub fn build(directory: &[DirectoryEntry]) -> Self {
-        let mut pairs: Vec<(u64, u32)> = directory
-            .iter()
-            .zip(0u32..)
-            .map(|(entry, index)| (entry.routing_key_hash, index))
-            .collect();
+    /// Indexes a chunk's directory, given as its pages' routing-key hashes in
+    /// directory order. A chunk lists at most 2^24 pages (`CHUNK_PAGES_MAX`),
+    /// so every index fits a `u32`.
+    pub fn build(hashes: impl IntoIterator<Item = u64>) -> Self {
+        let mut pairs: Vec<(u64, u32)> = hashes.into_iter().zip(0u32..).collect();
         // The indices are distinct, so an unstable sort is deterministic.
         pairs.sort_unstable();
         let mut spans: HashMap<u64, PageSpan> = HashMap::new();
@@ -82,17 +77,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn entry(hash: u64) -> DirectoryEntry {
-        DirectoryEntry {
-            first_offset: 0,
-            record_count: 1,
-            append_start: true,
-            position: 0,
-            length: 1,
-            routing_key_hash: hash,
-        }
-    }
-
     proptest! {
         /// For every hash, the index answers exactly the directory positions
         /// a full walk of the directory would take, in the same order.
@@ -101,12 +85,11 @@ mod tests {
             hashes in proptest::collection::vec(0u64..8, 0..200),
             probe in 0u64..10,
         ) {
-            let directory: Vec<DirectoryEntry> = hashes.iter().map(|h| entry(*h)).collect();
-            let index = KeyIndex::build(&directory);
-            prop_assert_eq!(index.len(), directory.len());
+            let index = KeyIndex::build(hashes.iter().copied());
+            prop_assert_eq!(index.len(), hashes.len());
             let walked: Vec<u32> = (0u32..)
-                .zip(&directory)
-                .filter(|(_, e)| e.routing_key_hash == probe)
+                .zip(&hashes)
+                .filter(|(_, h)| **h == probe)
                 .map(|(i, _)| i)
                 .collect();
             prop_assert_eq!(index.pages_of(probe), walked.as_slice());
@@ -115,12 +98,11 @@ mod tests {
 
     #[test]
     fn extreme_hashes_are_found() {
-        let directory = [entry(u64::MAX), entry(0), entry(u64::MAX), entry(7)];
-        let index = KeyIndex::build(&directory);
+        let index = KeyIndex::build([u64::MAX, 0, u64::MAX, 7]);
         assert_eq!(index.pages_of(u64::MAX), &[0, 2]);
         assert_eq!(index.pages_of(0), &[1]);
         assert_eq!(index.pages_of(7), &[3]);
         assert!(index.pages_of(1).is_empty());
-        assert!(KeyIndex::build(&[]).pages_of(0).is_empty());
+        assert!(KeyIndex::build([]).pages_of(0).is_empty());
     }
 }

@@ -276,7 +276,7 @@ impl Chunk {
     /// (`key_index.rs`); later calls are two binary searches.
     pub fn pages_of_key(&self, key_hash: u64) -> &[u32] {
         self.key_index
-            .get_or_init(|| KeyIndex::build(&self.directory))
+            .get_or_init(|| KeyIndex::build(self.directory.iter().map(|e| e.routing_key_hash)))
             .pages_of(key_hash)
     }
 }
