@@ -11,6 +11,7 @@
 #
 # Environment: LOAD_SECONDS (default 8), ROUTING_KEYS (1000), RECORD_BYTES (100),
 # CONNS (read connections, default 16), DURATION (read seconds, default 10),
+# WORKER_THREADS (the server's `--worker-threads`; default: its own),
 # STRATA_BIN (default target/release/strata, built unless SKIP_BUILD=1).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -30,8 +31,10 @@ run="$(mktemp -d "${TMPDIR:-/tmp}/strata-keyread.XXXXXX")"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 base="http://127.0.0.1:$port"
 # Seal quickly, so the reads come from segments (through the chunk cache).
+workers=()
+if [ -n "${WORKER_THREADS:-}" ]; then workers=(--worker-threads "$WORKER_THREADS"); fi
 "$STRATA_BIN" serve --listen "127.0.0.1:$port" --store "$run/store" --seal-age-ms 1000 \
-    --cache-dir "$run/cache" >"$run/server.log" 2>&1 &
+    --cache-dir "$run/cache" "${workers[@]}" >"$run/server.log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$run"' EXIT
 for _ in $(seq 1 100); do curl -sf "$base/healthz" >/dev/null && break; sleep 0.1; done
