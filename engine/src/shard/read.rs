@@ -124,8 +124,8 @@ async fn fetch_chunk(
 /// are still fetched [`CHUNK_FETCHES_MAX`] at a time and the read stops at
 /// the first window that fills it.
 const KEYED_SCAN_BYTES_MAX: usize = 64 << 20;
-/// Chunks one keyed read may look through, however small they are.
-const KEYED_SCAN_CHUNKS_MAX: usize = 1024;
+/// Chunks one read (keyed or not) may look through, however small they are.
+const READ_CHUNKS_MAX: usize = 1024;
 
 /// What a read takes from the stream's state under its read lock.
 struct Selection {
@@ -145,7 +145,7 @@ impl Selection {
     /// Chooses chunks, then unsealed pages, from `from` on: a full read up to
     /// `max_bytes` of them (at least one), a keyed read up to `max_bytes` and
     /// `max_records` of its key's unsealed pages and [`KEYED_SCAN_BYTES_MAX`]
-    /// looked through.
+    /// looked through; either at most [`READ_CHUNKS_MAX`] chunks.
     fn of(
         state: &DurableStream,
         from: u64,
@@ -167,7 +167,7 @@ impl Selection {
                 if !chunks.is_empty()
                     && (taken >= limits.max_bytes
                         || scanned >= scan_bytes_max
-                        || chunks.len() >= KEYED_SCAN_CHUNKS_MAX)
+                        || chunks.len() >= READ_CHUNKS_MAX)
                 {
                     break;
                 }
