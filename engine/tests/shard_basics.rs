@@ -433,3 +433,53 @@ async fn metrics_count_puts_records_claims_seals_and_fences() {
     let m = shard.metrics();
     assert_eq!((m.fences, m.wal_put_failures, m.wal_records), (1, 1, 3));
 }
+
+/// An answer goes out as soon as its own entries are visible, while the rest
+/// of its object may still be publishing: a caller that reads on the answer,
+/// on another worker, must find its records (read-your-writes per answer,
+/// not per object). Many streams share each object, so a reply sent ahead of
+/// its entry would be read before it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_append_is_readable_the_moment_its_answer_arrives() {
+    use strata_engine::store::{Latency, Layered};
+    const STREAMS: u8 = 250;
+    const ROUNDS: u32 = 12;
+    let slow = Latency {
+        put: Duration::from_millis(2),
+        ..Latency::default()
+    };
+    let store: Arc<dyn ObjectStore> = Arc::new(Layered::new(Arc::new(InMemory::new()), slow));
+    let shard = open(&store, 1).await.unwrap();
+    for n in 1..=STREAMS {
+        shard.create_stream(stream(n), &cipher()).await.unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 1..=STREAMS {
+        let shard = shard.clone();
+        tasks.spawn(async move {
+            let s = stream(n);
+            for round in 0..ROUNDS {
+                let text = format!("{n}-{round}");
+                let ack = shard
+                    .append(AppendRequest::new(s, cipher(), records(&[&text])))
+                    .await
+                    .unwrap();
+                let seen = shard
+                    .read(&s, ack.first_offset, ReadLimits::default(), &cipher(), None)
+                    .await
+                    .unwrap();
+                let first = seen.records.first().map(|r| r.payload.clone());
+                assert_eq!(
+                    first,
+                    Some(Bytes::from(text)),
+                    "stream {n}: offset {} not visible on its answer",
+                    ack.first_offset
+                );
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    shard.shutdown().await;
+}

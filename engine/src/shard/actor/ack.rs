@@ -12,6 +12,7 @@ use strata_wal::{WalEntry, WalObject};
 use tokio::task::Id as TaskId;
 use tokio::time::Instant;
 
+use super::batch::{interleave, QueuedReply};
 use super::parts::{Herd, PutDone};
 use super::Actor;
 use crate::shard::io::WalPutOutcome;
@@ -125,12 +126,10 @@ impl Actor {
             self.staging.pending_bytes -= done.bytes;
             self.sealer.state.durable_chain_end = done.slot;
             self.sealer.state.objects_unsealed += 1;
-            if let Some(object) = &done.object {
-                self.publish(object);
-            }
             let replies = done.replies.len();
-            for reply in done.replies {
-                reply.send();
+            match &done.object {
+                Some(object) => self.publish(object, done.replies),
+                None => done.replies.into_iter().for_each(|q| q.reply.send()),
             }
             self.wal.herd = Some(Herd {
                 replies,
@@ -139,58 +138,77 @@ impl Actor {
         }
     }
 
-    /// Makes an acknowledged object's entries visible to readers.
-    pub(super) fn publish(&mut self, object: &WalObject) {
+    /// Makes an acknowledged object's entries visible to readers and sends
+    /// each of its replies as soon as the entries staged ahead of it are
+    /// (read-your-writes holds for every answer; the woken appenders run on
+    /// another worker while the rest is published). Readers waiting on a
+    /// stream are woken once, at the end.
+    pub(super) fn publish(&mut self, object: &WalObject, replies: Vec<QueuedReply>) {
         let mut touched: Vec<Arc<StreamCell>> = Vec::with_capacity(object.entries.len());
         let now = Instant::now();
-        for entry in &object.entries {
-            let id = crate::shard::state::entry_stream(entry).id;
-            self.sealer.state.mark_dirty(id, now);
-            let existing = self.shared.cell(&id);
-            let result = match &existing {
-                Some(cell) => {
-                    let mut state = cell.state.write();
-                    let before = state.page_bytes;
-                    // A delete or a new incarnation drops the sealed chunks.
-                    let sealed_before = matches!(entry, WalEntry::Delete(_) | WalEntry::Create(_))
-                        .then(|| state.sealed.clone());
-                    let result = apply_entry(Some(&mut state), entry).map(|fresh| {
-                        if let Some(fresh) = fresh {
-                            *state = fresh;
-                        }
-                    });
-                    if let Some(old) = sealed_before {
-                        if state.sealed.is_empty() {
-                            self.sealer.state.release(&old);
-                        }
-                    }
-                    self.account_memory(before, state.page_bytes);
-                    result
-                }
-                None => match apply_entry(None, entry) {
-                    Ok(Some(fresh)) => {
-                        let cell = Arc::new(StreamCell::new(fresh));
-                        self.shared.streams.write().insert(id, cell.clone());
-                        touched.push(cell);
-                        Ok(())
-                    }
-                    Ok(None) => Ok(()),
-                    Err(e) => Err(e),
-                },
-            };
-            if let Err(e) = result {
-                tracing::error!(error = %e, "acknowledged entry does not apply to durable state");
-            }
-            if let Some(cell) = existing {
-                touched.push(cell);
-            }
-        }
+        interleave(
+            &object.entries,
+            replies,
+            |queued| queued.after_entries,
+            |entry| self.publish_entry(entry, now, &mut touched),
+            |queued| queued.reply.send(),
+        );
         // One wake-up per stream however many of its entries the object
         // holds (sorting keeps this O(n log n) for objects of many streams).
         touched.sort_unstable_by_key(|cell| Arc::as_ptr(cell) as usize);
         touched.dedup_by(|a, b| Arc::ptr_eq(a, b));
         for cell in touched {
             cell.bump();
+        }
+    }
+
+    /// Applies one acknowledged entry to the durable state readers see;
+    /// `touched` collects the streams whose waiting readers must be woken.
+    fn publish_entry(
+        &mut self,
+        entry: &WalEntry,
+        now: Instant,
+        touched: &mut Vec<Arc<StreamCell>>,
+    ) {
+        let id = crate::shard::state::entry_stream(entry).id;
+        self.sealer.state.mark_dirty(id, now);
+        let existing = self.shared.cell(&id);
+        let result = match &existing {
+            Some(cell) => {
+                let mut state = cell.state.write();
+                let before = state.page_bytes;
+                // A delete or a new incarnation drops the sealed chunks.
+                let sealed_before = matches!(entry, WalEntry::Delete(_) | WalEntry::Create(_))
+                    .then(|| state.sealed.clone());
+                let result = apply_entry(Some(&mut state), entry).map(|fresh| {
+                    if let Some(fresh) = fresh {
+                        *state = fresh;
+                    }
+                });
+                if let Some(old) = sealed_before {
+                    if state.sealed.is_empty() {
+                        self.sealer.state.release(&old);
+                    }
+                }
+                self.account_memory(before, state.page_bytes);
+                result
+            }
+            None => match apply_entry(None, entry) {
+                Ok(Some(fresh)) => {
+                    let cell = Arc::new(StreamCell::new(fresh));
+                    self.shared.streams.write().insert(id, cell.clone());
+                    touched.push(cell);
+                    Ok(())
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            },
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "acknowledged entry does not apply to durable state");
+        }
+        if let Some(cell) = existing {
+            touched.push(cell);
         }
     }
 

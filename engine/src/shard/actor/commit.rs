@@ -11,7 +11,7 @@ use strata_wal::{
 };
 use tokio::sync::oneshot;
 
-use super::batch::{Batch, Reply, StagedEntry, UnsealedPage};
+use super::batch::{Batch, QueuedReply, Reply, StagedEntry, UnsealedPage};
 use super::Actor;
 use crate::error::EngineError;
 use crate::ids::StreamRef;
@@ -287,7 +287,7 @@ impl Actor {
         }
         let batch = self.staging.batches.back_mut().expect("just ensured");
         batch.entries.extend(entries);
-        batch.replies.push(reply);
+        batch.push_reply(reply);
         batch.bytes += bytes;
         self.staging.pending_bytes += bytes;
     }
@@ -306,9 +306,12 @@ impl Actor {
     /// Sends `reply` once everything committed so far is durable.
     pub(super) fn reply_when_durable(&mut self, reply: Reply) {
         if let Some(batch) = self.staging.batches.back_mut() {
-            batch.replies.push(reply);
+            batch.push_reply(reply);
         } else if let Some(last) = self.wal.inflight.back_mut() {
-            last.replies.push(reply);
+            last.replies.push(QueuedReply {
+                after_entries: QueuedReply::AFTER_ALL,
+                reply,
+            });
         } else {
             reply.send();
         }

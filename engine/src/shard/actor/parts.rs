@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{Id as TaskId, JoinSet};
 use tokio::time::Instant;
 
-use super::batch::{Batch, Reply};
+use super::batch::{Batch, QueuedReply};
 use crate::shard::command::Command;
 use crate::shard::gc::{GcOutcome, GcQueue};
 use crate::shard::io::WalPutOutcome;
@@ -99,7 +99,7 @@ pub(super) struct InFlight {
     pub(super) started: Instant,
     /// The sealed object, once its PUT task has built it.
     pub(super) object: Option<Arc<WalObject>>,
-    pub(super) replies: Vec<Reply>,
+    pub(super) replies: Vec<QueuedReply>,
     pub(super) bytes: usize,
     pub(super) outcome: Option<WalPutOutcome>,
 }

@@ -60,13 +60,13 @@ impl Actor {
         self.wal.puts = JoinSet::new();
         self.wal.put_tasks.clear();
         for object in self.wal.inflight.drain(..) {
-            for reply in object.replies {
-                reply.fail(error.clone());
+            for queued in object.replies {
+                queued.reply.fail(error.clone());
             }
         }
         for batch in self.staging.batches.drain(..) {
-            for reply in batch.replies {
-                reply.fail(error.clone());
+            for queued in batch.replies {
+                queued.reply.fail(error.clone());
             }
         }
         self.staging.pending_bytes = 0;
@@ -96,13 +96,13 @@ impl Actor {
                 Some(at) if object.issue >= at => EngineError::Fenced,
                 _ => EngineError::OutcomeUnknown,
             };
-            for reply in object.replies {
-                reply.fail(error.clone());
+            for queued in object.replies {
+                queued.reply.fail(error.clone());
             }
         }
         for batch in self.staging.batches.drain(..) {
-            for reply in batch.replies {
-                reply.fail(EngineError::Fenced);
+            for queued in batch.replies {
+                queued.reply.fail(EngineError::Fenced);
             }
         }
         self.staging.pending_bytes = 0;
