@@ -11,6 +11,10 @@
 
 use std::collections::HashMap;
 
+/// A hash table's bytes beside its slots: a group of trailing control bytes
+/// and alignment.
+const TABLE_FIXED_BYTES: usize = 64;
+
 /// Where one routing-key hash's page indices sit in [`KeyIndex::pages`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PageSpan {
@@ -46,8 +50,20 @@ impl KeyIndex {
                     len: 1,
                 });
         }
-        let pages = pairs.into_iter().map(|(_, index)| index).collect();
+        let mut pages: Vec<u32> = pairs.into_iter().map(|(_, index)| index).collect();
+        // The collect reuses the pairs' buffer, four times what the indices need.
+        pages.shrink_to_fit();
         KeyIndex { spans, pages }
+    }
+
+    /// Heap bytes the index of a chunk of `pages` pages takes at most: a
+    /// `u32` per page, and per distinct hash (at most one a page) a table
+    /// slot of its key, its span and a control byte. The table grows by
+    /// doubling and stays at most 7/8 full, so it holds under 2.3 slots per
+    /// entry: 3 are counted, plus the table's fixed part.
+    pub const fn bytes_max(pages: usize) -> usize {
+        const SLOT: usize = size_of::<(u64, PageSpan)>() + 1;
+        TABLE_FIXED_BYTES + pages * (size_of::<u32>() + 3 * SLOT)
     }
 
     /// The directory indices of the pages whose routing-key hash is `hash`,
@@ -86,6 +102,26 @@ mod tests {
                 .map(|(i, _)| i)
                 .collect();
             prop_assert_eq!(index.pages_of(probe), walked.as_slice());
+        }
+    }
+
+    /// `bytes_max` bounds what an index holds, whatever the number of
+    /// distinct hashes (every page its own hash is the largest table).
+    #[test]
+    fn bytes_max_bounds_the_index() {
+        for pages in [0usize, 1, 2, 3, 7, 8, 9, 14, 15, 100, 1_000, 4_097, 100_000] {
+            let index =
+                KeyIndex::build((0..pages as u64).map(|h| h.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+            // hashbrown's buckets: a power of two of which it fills at most
+            // 7/8; each a slot and a control byte, plus a group of 16.
+            let buckets = (index.spans.capacity() * 8).div_ceil(7).next_power_of_two();
+            let table = buckets * (size_of::<(u64, PageSpan)>() + 1) + 16;
+            let held = table + index.pages.capacity() * size_of::<u32>();
+            assert!(
+                held <= KeyIndex::bytes_max(pages),
+                "{pages} pages: {held} bytes held, {} counted",
+                KeyIndex::bytes_max(pages)
+            );
         }
     }
 

@@ -271,6 +271,16 @@ impl Chunk {
         }
     }
 
+    /// Heap bytes this decoded chunk holds at most beside the encoded bytes
+    /// its pages slice: itself, its directory, its page handles and the key
+    /// index a keyed read may build (counted up front, so a memory budget
+    /// holds before and after).
+    pub fn decoded_bytes_max(&self) -> u64 {
+        let pages = self.directory.len().max(self.pages.len());
+        let per_page = size_of::<DirectoryEntry>() + size_of::<Bytes>();
+        (size_of::<Chunk>() + pages * per_page + KeyIndex::bytes_max(pages)) as u64
+    }
+
     /// The directory indices of the pages whose routing-key hash is
     /// `key_hash`, in offset order. The first call indexes the directory
     /// (`key_index.rs`); later calls are two binary searches.

@@ -1,6 +1,7 @@
 //! [`ChunkCache`]: sealed chunks on local disk, one file each, memory-mapped
 //! when read, evicted least-recently-used beyond a byte budget, plus the
-//! decoded chunks kept in memory (least-recently-used beyond 64 MiB) and the
+//! decoded chunks kept in memory (least-recently-used beyond 64 MiB, counting
+//! what decoding holds beside the bytes: directory, page handles, key index) and the
 //! map of fetches in flight that readers share. Cached bytes are validated
 //! again whenever they are decoded from the file, so a damaged cache file is
 //! dropped, never served; chunks never change, so a decoded chunk stays
@@ -168,9 +169,12 @@ impl ChunkCache {
         Some(chunk)
     }
 
-    /// Keeps a decoded chunk of `bytes` bytes, evicting the least recently
-    /// used ones beyond [`DECODED_BYTES_MAX`].
-    pub(super) fn remember(&self, key: &str, chunk: Arc<Chunk>, bytes: u64) {
+    /// Keeps a decoded chunk of `encoded_bytes` bytes, counted with what its
+    /// decoding holds beside them (directory, page handles, key index:
+    /// [`Chunk::decoded_bytes_max`]), evicting the least recently used ones
+    /// beyond [`DECODED_BYTES_MAX`].
+    pub(super) fn remember(&self, key: &str, chunk: Arc<Chunk>, encoded_bytes: u64) {
+        let bytes = encoded_bytes.saturating_add(chunk.decoded_bytes_max());
         if bytes > DECODED_BYTES_MAX {
             return;
         }
@@ -321,6 +325,47 @@ mod tests {
             "removal forgets the decoded chunk"
         );
         assert!(cache.decoded.lock().bytes <= DECODED_BYTES_MAX);
+    }
+
+    /// A chunk of many small pages holds more in its directory, page
+    /// handles and key index than in its bytes: the budget counts them.
+    #[test]
+    fn a_decoded_chunks_directory_and_key_index_count_against_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ChunkCache::new(dir.path().join("cache"), 1 << 30).unwrap();
+        let pages = 200_000;
+        let entry = strata_segments::segment::DirectoryEntry {
+            first_offset: 0,
+            record_count: 1,
+            append_start: true,
+            position: 0,
+            length: 1,
+            routing_key_hash: 0,
+        };
+        let many = |first_offset| {
+            Arc::new(Chunk::new(
+                [0; 16],
+                1,
+                first_offset,
+                pages as u64,
+                vec![entry.clone(); pages],
+                Vec::new(),
+            ))
+        };
+        let counted = many(0).decoded_bytes_max();
+        let directory =
+            (pages * std::mem::size_of::<strata_segments::segment::DirectoryEntry>()) as u64;
+        let key_index = strata_segments::key_index::KeyIndex::bytes_max(pages) as u64;
+        assert!(counted >= directory + key_index);
+        cache.remember("a", many(0), 1);
+        assert_eq!(cache.decoded.lock().bytes, counted + 1);
+        // Their encoded bytes alone (1 each) would keep every one of them.
+        let fit = DECODED_BYTES_MAX / (counted + 1);
+        for n in 1..=fit + 1 {
+            cache.remember(&format!("c{n}"), many(n), 1);
+        }
+        assert!(cache.decoded.lock().bytes <= DECODED_BYTES_MAX);
+        assert!(cache.decoded("a").is_none(), "the oldest went to make room");
     }
 
     #[test]
