@@ -30,7 +30,16 @@ impl StreamCell {
         }
     }
 
+    /// Wakes the stream's waiters, if it has any. With none, nothing is
+    /// sent: a bump touches the channel's eight notifier locks, and an
+    /// acknowledged object bumps every stream it carries. Safe because a
+    /// waiter subscribes before it reads the state (`Shard::wait_for`): one
+    /// that subscribes after this check took the state's lock after the
+    /// change was written, so it reads the change itself.
     pub(super) fn bump(&self) {
+        if self.changed.receiver_count() == 0 {
+            return;
+        }
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 }
