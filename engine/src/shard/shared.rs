@@ -18,7 +18,8 @@ use crate::layout::ObjectId;
 /// A stream's durable state, shared between the acker (writer) and readers.
 pub(crate) struct StreamCell {
     pub state: RwLock<DurableStream>,
-    /// Bumped after every durable change; waiters watch it.
+    /// Bumped after every durable change while a waiter watches it (see
+    /// [`StreamCell::bump`]); its value is never read.
     pub changed: watch::Sender<u64>,
 }
 
