@@ -98,7 +98,14 @@ test("a subscription continues across kill -9 and restart without loss or repeat
 });
 
 test("429 from a full ingest queue is retried until every append lands once", async () => {
-  const server = await StrataServer.start(["--ingest-queue-capacity", "1"]);
+  // Deterministic overload: with one pending byte allowed, the shard stops
+  // taking from its one-command queue while a PUT (5 ms) is in flight, so
+  // concurrent appends meet a full queue however fast the server drains it.
+  const server = await StrataServer.start([
+    "--ingest-queue-capacity", "1",
+    "--max-pending-bytes", "1",
+    "--emulate-put-latency-ms", "5",
+  ]);
   try {
     const retried = [];
     const client = new StreamsClient({
